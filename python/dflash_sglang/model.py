@@ -1,0 +1,248 @@
+"""The DFlash draft model in plain PyTorch.
+
+A stack of Qwen3-style decoder layers (pre-norm, QK-norm, SwiGLU) with no embedding and no LM
+head of its own: the caller embeds the block with the target's embedding and projects the output
+with the target's LM head. The target's hidden states from a few layers are fused once
+(`fc` + `hidden_norm`) into one context vector per committed position, and every layer reads that
+context as extra keys/values ("KV injection"). Queries come only from the block; full-attention
+layers see the whole block (non-causal), sliding layers are causal within a window.
+
+The per-step math lives in small functions (`fuse_target_features`, `context_key_values`,
+`block_visibility`, ...) so the SGLang draft model can call the same code.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+from transformers import Qwen3Config
+from transformers.models.qwen3.modeling_qwen3 import (
+    Qwen3MLP,
+    Qwen3RMSNorm,
+    Qwen3RotaryEmbedding,
+    rotate_half,
+)
+
+from .config import DFlashConfig
+
+
+def to_qwen3_config(config: DFlashConfig) -> Qwen3Config:
+    """The transformers config of the drafter's layer shape (for Qwen3's MLP and RoPE)."""
+    rope = {"rope_type": "default", **(config.rope_scaling or {}), "rope_theta": config.rope_theta}
+    return Qwen3Config(
+        hidden_size=config.hidden_size,
+        intermediate_size=config.intermediate_size,
+        num_hidden_layers=config.num_hidden_layers,
+        num_attention_heads=config.num_attention_heads,
+        num_key_value_heads=config.num_key_value_heads,
+        head_dim=config.head_dim,
+        hidden_act=config.hidden_act,
+        rms_norm_eps=config.rms_norm_eps,
+        max_position_embeddings=config.max_position_embeddings,
+        rope_parameters=rope,
+    )
+
+
+class DraftContextCache:
+    """Per-layer keys/values of the committed context positions; the block is never stored."""
+
+    def __init__(self, num_layers: int, batch: int = 1, device=None):
+        self.keys: list[torch.Tensor | None] = [None] * num_layers
+        self.values: list[torch.Tensor | None] = [None] * num_layers
+        self.positions = torch.zeros(batch, 0, dtype=torch.long, device=device)
+
+    def __len__(self) -> int:
+        return self.positions.shape[1]
+
+    def extend(self, layer: int, keys: torch.Tensor, values: torch.Tensor):
+        if self.keys[layer] is not None:
+            keys = torch.cat([self.keys[layer], keys], dim=2)
+            values = torch.cat([self.values[layer], values], dim=2)
+        self.keys[layer], self.values[layer] = keys, values
+        return keys, values
+
+    def extend_positions(self, positions: torch.Tensor) -> None:
+        self.positions = torch.cat([self.positions, positions], dim=1)
+
+
+def target_features(hidden_states: tuple[torch.Tensor, ...], layer_ids) -> torch.Tensor:
+    """Concatenate the outputs of the target layers `layer_ids` ([.., K*D]).
+
+    transformers' `hidden_states[0]` is the embedding output and `hidden_states[L + 1]` the raw
+    output of decoder layer L; ids stop below the last layer, so the final norm never enters.
+    """
+    return torch.cat([hidden_states[layer + 1] for layer in layer_ids], dim=-1)
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """RoPE on [b, heads, seq, head_dim] with cos/sin of shape [b, seq, head_dim]."""
+    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+    return x * cos + rotate_half(x) * sin
+
+
+def block_visibility(
+    query_positions: torch.Tensor,
+    key_positions: torch.Tensor,
+    window: int | None,
+    causal: bool,
+) -> torch.Tensor:
+    """[b, q, k] boolean mask: which keys each block query may attend to.
+
+    Full-attention layers: everything (context and the whole block). Sliding layers: keys within
+    `window` positions, and only earlier or equal positions when causal.
+    """
+    delta = query_positions.unsqueeze(-1) - key_positions.unsqueeze(-2)
+    visible = torch.ones_like(delta, dtype=torch.bool)
+    if causal:
+        visible &= delta >= 0
+    if window is not None:
+        visible &= delta < window
+        if not causal:
+            visible &= delta > -window
+    return visible
+
+
+class DFlashAttention(nn.Module):
+    def __init__(self, config: DFlashConfig, layer: int):
+        super().__init__()
+        self.heads = config.num_attention_heads
+        self.kv_heads = config.num_key_value_heads
+        self.head_dim = config.head_dim
+        self.window = config.window_of(layer)
+        self.causal = config.is_causal(layer)
+        bias = config.attention_bias
+        hidden, hd = config.hidden_size, config.head_dim
+        self.q_proj = nn.Linear(hidden, self.heads * hd, bias=bias)
+        self.k_proj = nn.Linear(hidden, self.kv_heads * hd, bias=bias)
+        self.v_proj = nn.Linear(hidden, self.kv_heads * hd, bias=bias)
+        self.o_proj = nn.Linear(self.heads * hd, hidden, bias=bias)
+        self.q_norm = Qwen3RMSNorm(hd, eps=config.rms_norm_eps)
+        self.k_norm = Qwen3RMSNorm(hd, eps=config.rms_norm_eps)
+
+    def _heads(self, x: torch.Tensor, n: int) -> torch.Tensor:
+        return x.view(*x.shape[:-1], n, self.head_dim).transpose(1, 2)
+
+    def key_values(self, x, cos, sin) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys (k-norm, RoPE) and values of a [b, seq, D] sequence: [b, kv_heads, seq, hd]."""
+        k = self.k_norm(self._heads(self.k_proj(x), self.kv_heads))
+        return apply_rotary(k, cos, sin), self._heads(self.v_proj(x), self.kv_heads)
+
+    def forward(self, block, ctx_k, ctx_v, cos, sin, visible) -> torch.Tensor:
+        """block: [b, B, D]; ctx_k/ctx_v: [b, kv_heads, C, hd] all context keys/values so far."""
+        q = apply_rotary(self.q_norm(self._heads(self.q_proj(block), self.heads)), cos, sin)
+        block_k, block_v = self.key_values(block, cos, sin)
+        k = torch.cat([ctx_k, block_k], dim=2)
+        v = torch.cat([ctx_v, block_v], dim=2)
+        groups = self.heads // self.kv_heads
+        k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+        out = nn.functional.scaled_dot_product_attention(
+            q, k, v, attn_mask=visible.unsqueeze(1), scale=self.head_dim**-0.5
+        )
+        return self.o_proj(out.transpose(1, 2).flatten(2))
+
+
+class DFlashDecoderLayer(nn.Module):
+    def __init__(self, config: DFlashConfig, layer: int):
+        super().__init__()
+        self.self_attn = DFlashAttention(config, layer)
+        self.mlp = Qwen3MLP(to_qwen3_config(config))
+        self.input_layernorm = Qwen3RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.post_attention_layernorm = Qwen3RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+
+    def forward(self, hidden, ctx_k, ctx_v, cos, sin, visible) -> torch.Tensor:
+        hidden = hidden + self.self_attn(self.input_layernorm(hidden), ctx_k, ctx_v, cos, sin, visible)
+        return hidden + self.mlp(self.post_attention_layernorm(hidden))
+
+
+class DFlashDraftModel(nn.Module):
+    """Parameter names follow the published checkpoints (`layers.{i}.self_attn.q_proj.weight`,
+    `fc.weight`, `hidden_norm.weight`, `norm.weight`)."""
+
+    def __init__(self, config: DFlashConfig):
+        super().__init__()
+        self.config = config
+        d = config.hidden_size
+        self.layers = nn.ModuleList(DFlashDecoderLayer(config, i) for i in range(config.num_hidden_layers))
+        self.fc = nn.Linear(config.num_target_features * d, d, bias=False)
+        self.hidden_norm = Qwen3RMSNorm(d, eps=config.rms_norm_eps)
+        self.norm = Qwen3RMSNorm(d, eps=config.rms_norm_eps)
+        self.rotary_emb = Qwen3RotaryEmbedding(to_qwen3_config(config))
+
+    def fuse_target_features(self, features: torch.Tensor) -> torch.Tensor:
+        """[.., K*D] concatenated target layer outputs -> [.., D] context vectors."""
+        return self.hidden_norm(self.fc(features))
+
+    def rope(self, like: torch.Tensor, positions: torch.Tensor):
+        return self.rotary_emb(like, positions)
+
+    def forward(
+        self,
+        block_embeds: torch.Tensor,
+        block_positions: torch.Tensor,
+        context_features: torch.Tensor,
+        context_positions: torch.Tensor,
+        cache: DraftContextCache,
+    ) -> torch.Tensor:
+        """One draft forward; returns the final-normed hidden states of the block [b, B, D].
+
+        block_embeds: [b, B, D] target embeddings of [verified token, mask x (B-1)];
+        context_features: [b, C, K*D] target features of the C positions committed since the last
+        call (C may be 0). Their keys/values are appended to `cache`; the block's are not kept.
+        """
+        ctx = self.fuse_target_features(context_features.to(block_embeds.dtype))
+        ctx_cos, ctx_sin = self.rope(ctx, context_positions)
+        cos, sin = self.rope(block_embeds, block_positions)
+        key_positions = torch.cat([cache.positions, context_positions], dim=1)
+        masks: dict[tuple, torch.Tensor] = {}
+        hidden = block_embeds
+        for i, layer in enumerate(self.layers):
+            attn = layer.self_attn
+            new_k, new_v = attn.key_values(ctx, ctx_cos, ctx_sin)
+            ctx_k, ctx_v = cache.extend(i, new_k, new_v)
+            shape = (attn.window, attn.causal)
+            if shape not in masks:
+                masks[shape] = torch.cat(
+                    [
+                        block_visibility(block_positions, key_positions, *shape),
+                        block_visibility(block_positions, block_positions, *shape),
+                    ],
+                    dim=-1,
+                )
+            hidden = layer(hidden, ctx_k, ctx_v, cos, sin, masks[shape])
+        cache.extend_positions(context_positions)
+        return self.norm(hidden)
+
+    # ---- checkpoints -------------------------------------------------------------------------
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path, dtype=None, device=None) -> DFlashDraftModel:
+        path = Path(path)
+        model = cls(DFlashConfig.from_pretrained(path))
+        state = load_safetensors_dir(path)
+        missing, unexpected = model.load_state_dict(state, strict=False)
+        missing = [k for k in missing if "rotary_emb" not in k]
+        if missing or unexpected:
+            raise ValueError(
+                f"drafter weights in {path} do not match the config: missing {missing[:5]}, "
+                f"unexpected {unexpected[:5]}"
+            )
+        return model.to(device=device, dtype=dtype).eval()
+
+    def save_pretrained(self, directory: str | Path) -> None:
+        directory = Path(directory)
+        self.config.save_pretrained(directory)
+        state = {k: v.contiguous() for k, v in self.state_dict().items() if "rotary_emb" not in k}
+        save_file(state, str(directory / "model.safetensors"), metadata={"format": "pt"})
+
+
+def load_safetensors_dir(path: Path) -> dict[str, torch.Tensor]:
+    files = sorted(path.glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"no *.safetensors files in {path}")
+    state: dict[str, torch.Tensor] = {}
+    for file in files:
+        state.update(load_file(str(file)))
+    return state
