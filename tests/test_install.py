@@ -9,4 +9,3 @@ def test_sglang_is_pinned_and_installed():
     assert "sglang==0.5.23" in requires
     assert metadata.version("sglang") == "0.5.23"
     import sglang  # noqa: F401  (imports on CPU: nothing GPU-only at module level)
-
