@@ -13,6 +13,7 @@ The per-step math lives in small functions (`fuse_target_features`, `context_key
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -59,8 +60,8 @@ class DraftContextCache:
 
     def extend(self, layer: int, keys: torch.Tensor, values: torch.Tensor):
         if self.keys[layer] is not None:
-            keys = torch.cat([self.keys[layer], keys], dim=2)
-            values = torch.cat([self.values[layer], values], dim=2)
+            keys = torch.cat([self.keys[layer], keys], dim=1)
+            values = torch.cat([self.values[layer], values], dim=1)
         self.keys[layer], self.values[layer] = keys, values
         return keys, values
 
@@ -78,8 +79,8 @@ def target_features(hidden_states: tuple[torch.Tensor, ...], layer_ids) -> torch
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """RoPE on [b, heads, seq, head_dim] with cos/sin of shape [b, seq, head_dim]."""
-    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+    """RoPE on [.., seq, heads, head_dim] with cos/sin of shape [.., seq, head_dim]."""
+    cos, sin = cos.unsqueeze(-2), sin.unsqueeze(-2)
     return x * cos + rotate_half(x) * sin
 
 
@@ -105,9 +106,15 @@ def block_visibility(
     return visible
 
 
+# attend(layer_index, q, k, v) -> [.., seq, heads * head_dim]; q/k/v are [.., seq, heads, hd].
+# The plain model attends with SDPA over its context cache; the SGLang model with RadixAttention.
+Attend = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
 class DFlashAttention(nn.Module):
     def __init__(self, config: DFlashConfig, layer: int):
         super().__init__()
+        self.layer = layer
         self.heads = config.num_attention_heads
         self.kv_heads = config.num_key_value_heads
         self.head_dim = config.head_dim
@@ -123,25 +130,19 @@ class DFlashAttention(nn.Module):
         self.k_norm = Qwen3RMSNorm(hd, eps=config.rms_norm_eps)
 
     def _heads(self, x: torch.Tensor, n: int) -> torch.Tensor:
-        return x.view(*x.shape[:-1], n, self.head_dim).transpose(1, 2)
+        return x.view(*x.shape[:-1], n, self.head_dim)
 
     def key_values(self, x, cos, sin) -> tuple[torch.Tensor, torch.Tensor]:
-        """Keys (k-norm, RoPE) and values of a [b, seq, D] sequence: [b, kv_heads, seq, hd]."""
+        """Keys (k-norm, RoPE) and values of a [.., seq, D] sequence: [.., seq, kv_heads, hd].
+
+        Used for the block and, in KV injection, for the fused target context."""
         k = self.k_norm(self._heads(self.k_proj(x), self.kv_heads))
         return apply_rotary(k, cos, sin), self._heads(self.v_proj(x), self.kv_heads)
 
-    def forward(self, block, ctx_k, ctx_v, cos, sin, visible) -> torch.Tensor:
-        """block: [b, B, D]; ctx_k/ctx_v: [b, kv_heads, C, hd] all context keys/values so far."""
+    def forward(self, block, cos, sin, attend: Attend) -> torch.Tensor:
         q = apply_rotary(self.q_norm(self._heads(self.q_proj(block), self.heads)), cos, sin)
-        block_k, block_v = self.key_values(block, cos, sin)
-        k = torch.cat([ctx_k, block_k], dim=2)
-        v = torch.cat([ctx_v, block_v], dim=2)
-        groups = self.heads // self.kv_heads
-        k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
-        out = nn.functional.scaled_dot_product_attention(
-            q, k, v, attn_mask=visible.unsqueeze(1), scale=self.head_dim**-0.5
-        )
-        return self.o_proj(out.transpose(1, 2).flatten(2))
+        k, v = self.key_values(block, cos, sin)
+        return self.o_proj(attend(self.layer, q, k, v))
 
 
 class DFlashDecoderLayer(nn.Module):
@@ -152,8 +153,8 @@ class DFlashDecoderLayer(nn.Module):
         self.input_layernorm = Qwen3RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.post_attention_layernorm = Qwen3RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
 
-    def forward(self, hidden, ctx_k, ctx_v, cos, sin, visible) -> torch.Tensor:
-        hidden = hidden + self.self_attn(self.input_layernorm(hidden), ctx_k, ctx_v, cos, sin, visible)
+    def forward(self, hidden, cos, sin, attend: Attend) -> torch.Tensor:
+        hidden = hidden + self.self_attn(self.input_layernorm(hidden), cos, sin, attend)
         return hidden + self.mlp(self.post_attention_layernorm(hidden))
 
 
@@ -178,6 +179,19 @@ class DFlashDraftModel(nn.Module):
     def rope(self, like: torch.Tensor, positions: torch.Tensor):
         return self.rotary_emb(like, positions)
 
+    def run_layers(self, block_embeds: torch.Tensor, block_positions: torch.Tensor, attend: Attend):
+        """The block through every layer and the final norm; `attend` supplies the context."""
+        cos, sin = self.rope(block_embeds, block_positions)
+        hidden = block_embeds
+        for layer in self.layers:
+            hidden = layer(hidden, cos, sin, attend)
+        return self.norm(hidden)
+
+    def context_key_values(self, context: torch.Tensor, positions: torch.Tensor):
+        """Per layer, the keys/values of fused context vectors [.., C, D] (KV injection)."""
+        cos, sin = self.rope(context, positions)
+        return [layer.self_attn.key_values(context, cos, sin) for layer in self.layers]
+
     def forward(
         self,
         block_embeds: torch.Tensor,
@@ -192,28 +206,33 @@ class DFlashDraftModel(nn.Module):
         context_features: [b, C, K*D] target features of the C positions committed since the last
         call (C may be 0). Their keys/values are appended to `cache`; the block's are not kept.
         """
-        ctx = self.fuse_target_features(context_features.to(block_embeds.dtype))
-        ctx_cos, ctx_sin = self.rope(ctx, context_positions)
-        cos, sin = self.rope(block_embeds, block_positions)
-        key_positions = torch.cat([cache.positions, context_positions], dim=1)
-        masks: dict[tuple, torch.Tensor] = {}
-        hidden = block_embeds
-        for i, layer in enumerate(self.layers):
-            attn = layer.self_attn
-            new_k, new_v = attn.key_values(ctx, ctx_cos, ctx_sin)
-            ctx_k, ctx_v = cache.extend(i, new_k, new_v)
-            shape = (attn.window, attn.causal)
-            if shape not in masks:
-                masks[shape] = torch.cat(
-                    [
-                        block_visibility(block_positions, key_positions, *shape),
-                        block_visibility(block_positions, block_positions, *shape),
-                    ],
-                    dim=-1,
-                )
-            hidden = layer(hidden, ctx_k, ctx_v, cos, sin, masks[shape])
+        context = self.fuse_target_features(context_features.to(block_embeds.dtype))
+        for i, (k, v) in enumerate(self.context_key_values(context, context_positions)):
+            cache.extend(i, k, v)
         cache.extend_positions(context_positions)
-        return self.norm(hidden)
+        key_positions = torch.cat([cache.positions, block_positions], dim=1)
+        masks = {
+            (attn.window, attn.causal): block_visibility(
+                block_positions, key_positions, attn.window, attn.causal
+            ).unsqueeze(1)
+            for attn in (layer.self_attn for layer in self.layers)
+        }
+
+        def attend(layer: int, q, k, v):
+            attn = self.layers[layer].self_attn
+            k = torch.cat([cache.keys[layer], k], dim=1).transpose(1, 2)
+            v = torch.cat([cache.values[layer], v], dim=1).transpose(1, 2)
+            groups = attn.heads // attn.kv_heads
+            out = nn.functional.scaled_dot_product_attention(
+                q.transpose(1, 2),
+                k.repeat_interleave(groups, dim=1),
+                v.repeat_interleave(groups, dim=1),
+                attn_mask=masks[(attn.window, attn.causal)],
+                scale=attn.head_dim**-0.5,
+            )
+            return out.transpose(1, 2).flatten(-2)
+
+        return self.run_layers(block_embeds, block_positions, attend)
 
     # ---- checkpoints -------------------------------------------------------------------------
 
