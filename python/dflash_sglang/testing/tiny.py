@@ -21,6 +21,7 @@ from ..config import DFlashConfig, default_target_layer_ids
 from ..model import DFlashDraftModel
 
 MASK_TOKEN = "<|MASK|>"
+HOT_TOKEN_START = 10  # ordinary byte tokens, clear of the special tokens (0-3)
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", MASK_TOKEN]
 CHAT_TEMPLATE = (
     "{% for message in messages %}"
@@ -70,6 +71,13 @@ class TinyShape:
     intermediate_size: int = 128
     # Larger than transformers' 0.02 so random logits are far from ties (stable float32 argmax).
     init_std: float = 0.2
+    # > 0: the target's LM head strongly favours this many tokens, so even a random drafter
+    # (which shares that head) often agrees with it: partial acceptance with 2-4, nearly full
+    # acceptance with 1. Tests use it to exercise the accept paths without a trained drafter.
+    hot_tokens: int = 0
+
+    def hot_token_ids(self) -> list[int]:
+        return list(range(HOT_TOKEN_START, HOT_TOKEN_START + self.hot_tokens))
 
 
 def build_tokenizer(vocab_size: int = 384) -> PreTrainedTokenizerFast:
@@ -120,6 +128,8 @@ def tiny_target(
     )
     model = Qwen3ForCausalLM(config)
     _init_(model, shape.init_std, torch.Generator().manual_seed(seed))
+    with torch.no_grad():
+        model.lm_head.weight[shape.hot_token_ids()] *= 20
     return model.eval()
 
 
@@ -180,8 +190,9 @@ def main(argv=None) -> None:
     parser.add_argument("--out", required=True, help="directory for target/ and draft/")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--block-size", type=int, default=16)
+    parser.add_argument("--hot-tokens", type=int, default=0, help="tokens the target's head favours")
     args = parser.parse_args(argv)
-    pair = write_tiny_pair(args.out, args.seed, args.block_size)
+    pair = write_tiny_pair(args.out, args.seed, args.block_size, TinyShape(hot_tokens=args.hot_tokens))
     print(f"target: {pair.target}\ndraft:  {pair.draft}")
 
 

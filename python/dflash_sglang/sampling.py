@@ -1,0 +1,50 @@
+"""Per-request target distributions and the TP-safe greedy draft head.
+
+`target_distribution` is what SGLang's sampler would draw each verified position from
+(temperature, then top-k / top-p / min-p, renormalised), so rejection sampling against it keeps
+the server's sampling law. Greedy requests carry top_k = 1 in SGLang, so their distribution is
+the argmax point mass and the same rule decides them exactly as greedy decoding would.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def target_distribution(logits: torch.Tensor, sampling_info, block_size: int) -> torch.Tensor:
+    """[bs * B, V] verify logits -> [bs, B, V] sampling probabilities per block position."""
+    vocab = logits.shape[-1]
+    logits = logits.float().view(-1, block_size, vocab)
+
+    def per_row(values: torch.Tensor) -> torch.Tensor:
+        return values.view(-1, 1, 1).to(logits.device)
+
+    probs = torch.softmax(logits / per_row(sampling_info.temperatures.float()), dim=-1)
+    sorted_probs, order = probs.sort(dim=-1, descending=True)
+    rank = torch.arange(vocab, device=logits.device).view(1, 1, -1)
+    keep = rank < per_row(sampling_info.top_ks)
+    keep &= (sorted_probs.cumsum(-1) - sorted_probs) <= per_row(sampling_info.top_ps.float())
+    if sampling_info.need_min_p_sampling:
+        keep &= sorted_probs >= sorted_probs[..., :1] * per_row(sampling_info.min_ps.float())
+    sorted_probs = sorted_probs * keep
+    sorted_probs /= sorted_probs.sum(-1, keepdim=True)
+    return torch.zeros_like(probs).scatter_(-1, order, sorted_probs)
+
+
+def vocab_parallel_argmax(hidden: torch.Tensor, lm_head, tp_group=None) -> torch.Tensor:
+    """argmax over the target's LM head for [N, D] hidden states, without gathering logits.
+
+    Each TP rank holds a vocabulary shard (padded rows excluded via `shard_indices`); ranks
+    exchange only their local (max, id) pairs.
+    """
+    weight = lm_head.weight
+    shard = getattr(lm_head, "shard_indices", None)
+    start, count = (shard.org_vocab_start_index, shard.num_org_elements) if shard else (0, weight.shape[0])
+    logits = hidden.to(weight.dtype) @ weight[:count].T
+    local_max, local_id = logits.float().max(dim=-1)
+    local_id = local_id + start
+    if tp_group is None or tp_group.world_size == 1:
+        return local_id
+    maxes = tp_group.all_gather(local_max.unsqueeze(0), dim=0)  # [tp, N]
+    ids = tp_group.all_gather(local_id.unsqueeze(0), dim=0)
+    return ids.gather(0, maxes.argmax(dim=0, keepdim=True)).squeeze(0)

@@ -1,0 +1,302 @@
+"""DFlashWorker: SGLang's speculative worker for `--speculative-algorithm DFLASH`.
+
+One decode step, in three phases (`forward_batch_generation`):
+
+    draft   block = [last verified token, mask x (B-1)] at positions seq_len .. seq_len+B-1,
+            embedded with the target's embedding; one drafter forward (TARGET_VERIFY mode,
+            non-causal over the injected context); the target's LM head -> B-1 draft tokens
+    verify  one target TARGET_VERIFY forward over the block, capturing the configured layers'
+            hidden states; acceptance (greedy, or lossless rejection sampling)
+    commit  publish the new lengths (`on_publish`), inject the committed positions' target
+            features into the draft KV pool, hand the bonus token to the next step
+
+Prefill runs the target with hidden-state capture and injects the prompt's features. KV slots
+come from SGLang's spec-v2 over-allocation (`DFlashDraftInputV2.prepare_for_decode`): the block's
+slots are reserved ahead, rejected ones are simply overwritten next step.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import NamedTuple
+
+import torch
+from sglang.srt.managers.utils import GenerationBatchResult
+from sglang.srt.model_executor.forward_batch_info import (
+    CaptureHiddenMode,
+    ForwardBatch,
+    ForwardMode,
+    compute_position,
+)
+from sglang.srt.runtime_context import get_parallel, get_spec
+from sglang.srt.speculative.base_spec_worker import BaseSpecWorker
+from sglang.srt.speculative.dflash_info import DFlashVerifyInput
+from sglang.srt.speculative.dflash_utils import apply_dflash_verify_logits_adjustments
+from sglang.srt.speculative.draft_worker_common import (
+    build_draft_tp_worker,
+    make_draft_block_spec_info,
+)
+from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+from sglang.srt.utils import async_h2d
+
+from .accept import Acceptance, greedy_accept, rejection_accept
+from .config import DFlashConfigError
+from .sampling import target_distribution, vocab_parallel_argmax
+from .spec_info import DFlashDraftState
+
+logger = logging.getLogger(__name__)
+
+
+def worker_class(server_args):
+    """The worker `--speculative-algorithm DFLASH` builds (the plugin's create_worker hook)."""
+    return DFlashWorker
+
+
+class Block(NamedTuple):
+    """One step's draft block and where it lives."""
+
+    tokens: torch.Tensor  # [bs, B] verified token then the drafts
+    positions: torch.Tensor  # [bs * B]
+    cache_loc: torch.Tensor  # [bs * B] KV slots of the block (target pool ids)
+    kv_plan: object  # SGLang's KVLocPlan shared by the draft, the verify and the injection
+
+
+class DFlashWorker(BaseSpecWorker):
+    def __init__(self, server_args, gpu_id: int, nccl_port: int, target_worker):
+        super().__init__()
+        self.server_args = server_args
+        self._target_worker = target_worker
+        self.model_runner = target_worker.model_runner
+        self.device = target_worker.device
+        bundle = build_draft_tp_worker(
+            server_args=server_args,
+            gpu_id=gpu_id,
+            nccl_port=nccl_port,
+            target_model_config=self.model_runner.model_config,
+            algo_label="DFLASH",
+        )
+        self._draft_worker = bundle.draft_worker
+        self.draft_runner = bundle.draft_model_runner
+        self.draft_model = bundle.draft_model
+        config = self.draft_model.config
+        config.validate_against(self.model_runner.model_config.hf_config)
+        captured = self.model_runner.spec_aux_config.dflash_target_layer_ids
+        if captured is not None and tuple(captured) != config.target_layer_ids:
+            raise DFlashConfigError(
+                f"dflash_config.target_layer_ids = {list(config.target_layer_ids)} but the target "
+                f"captures layers {list(captured)}"
+            )
+        self.block_size = int(get_spec().speculative_num_draft_tokens or config.block_size)
+        if self.block_size < 2:
+            raise DFlashConfigError(f"--speculative-num-draft-tokens = {self.block_size}: need >= 2")
+        self.draft_model.set_block_size(self.block_size)
+        self.mask_token_id = config.mask_token_id
+        self.block_offsets = torch.arange(self.block_size, device=self.device)
+        self.draft_block_info = make_draft_block_spec_info(
+            draft_token_num=self.block_size, device=self.device
+        )
+        logger.info(
+            "dflash_sglang: DFLASH served by %s.%s (block size %d, draft layers %d, target layers %s)",
+            type(self).__module__,
+            type(self).__qualname__,
+            self.block_size,
+            config.num_hidden_layers,
+            list(config.target_layer_ids),
+        )
+
+    # ---- SGLang's worker interface -----------------------------------------------------------
+
+    @property
+    def draft_worker(self):
+        return self._draft_worker
+
+    @property
+    def spec_v2_attn_backends(self) -> tuple:
+        return (self.model_runner.attn_backend, self.draft_runner.attn_backend)
+
+    def alloc_memory_pool(
+        self, memory_pool_config=None, req_to_token_pool=None, token_to_kv_pool_allocator=None
+    ):
+        # The draft pool shares the target's slot ids and request table: a slot holds the
+        # target's KV in the target pool and the injected context KV in the draft pool.
+        self._draft_worker.alloc_memory_pool(
+            memory_pool_config=memory_pool_config,
+            req_to_token_pool=req_to_token_pool,
+            token_to_kv_pool_allocator=token_to_kv_pool_allocator,
+        )
+
+    def init_attention_backends(self):
+        self._draft_worker.init_attention_backends()
+
+    def init_cuda_graphs(self):
+        # The draft runs eager for now (no decode graph); the target's verify graphs are SGLang's.
+        self._draft_worker.init_cuda_graphs(capture_decode_cuda_graph=False)
+
+    def __getattr__(self, name):
+        # Everything else (memory info, weight updates, ...) is the target worker's.
+        return getattr(self._target_worker, name)
+
+    def forward_batch_generation(self, batch, on_publish=None, grammar_barrier=None, pp_proxy_tensors=None):
+        if batch.forward_mode.is_extend() or batch.is_extend_in_batch:
+            return self.prefill(batch, on_publish)
+        if batch.forward_mode.is_idle():
+            return self.idle(on_publish)
+        block = self.draft(batch, batch.spec_info)
+        target_out, accepted = self.verify(batch, block)
+        return self.commit(batch, block, target_out, accepted, on_publish)
+
+    # ---- prefill -----------------------------------------------------------------------------
+
+    def prefill(self, batch, on_publish):
+        result = self.target_worker.forward_batch_generation(
+            batch, capture_hidden_mode=CaptureHiddenMode.FULL, return_kv_loc_plan=True
+        )
+        kv_plan, result.kv_loc_plan = result.kv_loc_plan, None
+        result.new_seq_lens = batch.seq_lens
+        if on_publish is not None:
+            on_publish(result.new_seq_lens)
+        if batch.forward_mode.is_idle():
+            result.next_draft_input = DFlashDraftState.create_idle_input(device=self.device)
+            return result
+        # Inject the prompt before returning: a radix-cache hit must never find target KV
+        # without the matching draft KV.
+        extend_lens = async_h2d(batch.extend_lens, dtype=torch.int32, device=self.device)
+        prefix_lens = async_h2d(batch.prefix_lens, dtype=torch.int32, device=self.device)
+        positions, _ = compute_position(
+            self.model_runner.prefill_attention_backend_str, prefix_lens, extend_lens, sum(batch.extend_lens)
+        )
+        self.draft_model.write_context_kv(
+            self.draft_runner.token_to_kv_pool,
+            result.logits_output.hidden_states,
+            positions,
+            kv_plan.write_ids(self.draft_runner.kv_index_translator),
+        )
+        result.logits_output.hidden_states = None
+        result.next_draft_input = DFlashDraftState.create(result.next_token_ids, batch.seq_lens)
+        return result
+
+    def idle(self, on_publish):
+        empty = torch.empty((0,), dtype=torch.int64, device=self.device)
+        state = DFlashDraftState.create(empty, empty)
+        if on_publish is not None:
+            on_publish(state.new_seq_lens)
+        return GenerationBatchResult(
+            next_token_ids=empty,
+            accept_lens=empty.to(torch.int32),
+            next_draft_input=state,
+            speculative_num_draft_tokens=self.block_size,
+            new_seq_lens=state.new_seq_lens,
+        )
+
+    # ---- draft -------------------------------------------------------------------------------
+
+    def draft(self, batch, state) -> Block:
+        bs, size = len(batch.seq_lens), self.block_size
+        seq_lens = batch.seq_lens
+        positions = seq_lens.unsqueeze(1) + self.block_offsets  # [bs, B]
+        req_to_token = self.model_runner.req_to_token_pool.req_to_token
+        cache_loc = req_to_token[batch.req_pool_indices.unsqueeze(1), positions].flatten()
+        block_ids = torch.full((bs, size), self.mask_token_id, dtype=torch.int64, device=self.device)
+        block_ids[:, 0] = state.bonus_tokens
+        host_lens = batch.seq_lens_cpu if batch.seq_lens_cpu is not None else state.nxt_kv_lens_cpu
+        kv_plan = self.model_runner.kv_index_translator.plan(
+            req_pool_indices=batch.req_pool_indices,
+            seq_lens=seq_lens,
+            seq_lens_cpu=host_lens,
+            write_virtual=cache_loc,
+            read_extent=size,
+        )
+        bound_cpu = state.host_read_bound(batch, size)
+        forward_batch = ForwardBatch(
+            forward_mode=ForwardMode.TARGET_VERIFY,
+            batch_size=bs,
+            input_ids=block_ids.flatten(),
+            req_pool_indices=batch.req_pool_indices,
+            seq_lens=seq_lens,
+            out_cache_loc=cache_loc,
+            seq_lens_sum=int(bound_cpu.sum()),
+            seq_lens_cpu=bound_cpu,
+            positions=positions.flatten(),
+            input_embeds=self.target_embedding(block_ids).flatten(0, 1),
+            spec_algorithm=SpeculativeAlgorithm.DFLASH,
+            spec_info=self.draft_block_info,
+            capture_hidden_mode=CaptureHiddenMode.NULL,
+            global_num_token_non_padded_cpu=bs * size,
+            can_run_decode_cuda_graph=False,
+        )
+        kv_plan.bind(forward_batch, self.draft_runner.kv_index_translator)
+        with torch.inference_mode():
+            hidden = self.draft_runner.forward(forward_batch).logits_output.hidden_states
+        hidden = hidden.view(bs, size, -1)[:, 1:].flatten(0, 1)
+        drafts = vocab_parallel_argmax(hidden, self.target_model.lm_head, get_parallel().tp_group)
+        block_ids[:, 1:] = drafts.view(bs, size - 1)
+        return Block(block_ids, positions.flatten(), cache_loc, kv_plan)
+
+    @property
+    def target_model(self):
+        return self.model_runner.model
+
+    def target_embedding(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.target_model.get_input_embeddings()(ids)
+
+    # ---- verify ------------------------------------------------------------------------------
+
+    def verify(self, batch, block: Block):
+        size = self.block_size
+        verify_input = DFlashVerifyInput(
+            draft_token=block.tokens.flatten(),
+            positions=block.positions,
+            draft_token_num=size,
+            capture_hidden_mode=CaptureHiddenMode.FULL,
+            kv_loc_plan=block.kv_plan,
+        )
+        batch.out_cache_loc = block.cache_loc
+        # The verify reads the committed prefix plus the block; restore the host lengths after.
+        committed_cpu, committed_sum = batch.seq_lens_cpu, batch.seq_lens_sum
+        batch.seq_lens_cpu = batch.spec_info.host_read_bound(batch, size)
+        batch.seq_lens_sum = int(batch.seq_lens_cpu.sum())
+        forward_batch, _ = verify_input.prepare_for_verify(batch, self.target_worker)
+        batch.seq_lens_cpu, batch.seq_lens_sum = committed_cpu, committed_sum
+        target_out = self.target_worker.forward_batch_generation(
+            batch=None, forward_batch=forward_batch, is_verify=True, skip_attn_backend_init=True
+        )
+        logits = target_out.logits_output.next_token_logits
+        info = batch.sampling_info
+        apply_dflash_verify_logits_adjustments(
+            next_token_logits=logits, sampling_info=info, draft_token_num=size
+        )
+        drafts = block.tokens[:, 1:]
+        if info is None or info.is_all_greedy:
+            accepted = greedy_accept(drafts, logits.argmax(-1).view(-1, size))
+        else:  # argmax drafts are point proposals: q is one-hot
+            accepted = rejection_accept(drafts, target_distribution(logits, info, size))
+        return target_out, accepted
+
+    # ---- commit ------------------------------------------------------------------------------
+
+    def commit(self, batch, block: Block, target_out, accepted: Acceptance, on_publish):
+        lengths = accepted.lengths.to(torch.int32)
+        new_seq_lens = batch.seq_lens + lengths.to(batch.seq_lens.dtype)
+        if on_publish is not None:
+            on_publish(new_seq_lens)  # the scheduler may plan the next step from here on
+        bonus = accepted.tokens.gather(1, (accepted.lengths - 1).unsqueeze(1)).squeeze(1)
+        # The verified token and the accepted drafts now have target features: inject them.
+        write_ids = block.kv_plan.write_ids(self.draft_runner.kv_index_translator)
+        logits_output = target_out.logits_output
+        self.draft_model.write_context_kv(
+            self.draft_runner.token_to_kv_pool,
+            logits_output.hidden_states,
+            block.positions,
+            write_ids.view(-1, self.block_size),
+            commit_lens=lengths,
+        )
+        logits_output.hidden_states = None
+        return GenerationBatchResult(
+            logits_output=logits_output,
+            next_token_ids=accepted.tokens.flatten(),
+            accept_lens=lengths,
+            can_run_cuda_graph=target_out.can_run_cuda_graph,
+            next_draft_input=DFlashDraftState.create(bonus, new_seq_lens),
+            speculative_num_draft_tokens=self.block_size,
+            new_seq_lens=new_seq_lens,
+        )
