@@ -34,6 +34,8 @@ CPU_ARGS = (
     "--attention-backend", "torch_native",
     "--max-total-tokens", "4096",
     "--mem-fraction-static", "0.5",
+    # An idle scheduler otherwise busy-polls a whole core: ruinous for tests on a 2-core machine.
+    "--sleep-on-idle",
 )  # fmt: skip
 
 # Requests and SGLang's own warm-up must never leave the machine.
