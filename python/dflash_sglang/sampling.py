@@ -22,10 +22,11 @@ def target_distribution(logits: torch.Tensor, sampling_info, block_size: int) ->
     probs = torch.softmax(logits / per_row(sampling_info.temperatures.float()), dim=-1)
     sorted_probs, order = probs.sort(dim=-1, descending=True)
     rank = torch.arange(vocab, device=logits.device).view(1, 1, -1)
-    keep = rank < per_row(sampling_info.top_ks)
-    keep &= (sorted_probs.cumsum(-1) - sorted_probs) <= per_row(sampling_info.top_ps.float())
+    keep = (rank < per_row(sampling_info.top_ks)) & (
+        (sorted_probs.cumsum(-1) - sorted_probs) <= per_row(sampling_info.top_ps.float())
+    )
     if sampling_info.need_min_p_sampling:
-        keep &= sorted_probs >= sorted_probs[..., :1] * per_row(sampling_info.min_ps.float())
+        keep = keep & (sorted_probs >= sorted_probs[..., :1] * per_row(sampling_info.min_ps.float()))
     sorted_probs = sorted_probs * keep
     sorted_probs /= sorted_probs.sum(-1, keepdim=True)
     return torch.zeros_like(probs).scatter_(-1, order, sorted_probs)

@@ -21,6 +21,7 @@ import logging
 from typing import NamedTuple
 
 import torch
+from sglang.srt.configs.hybrid_arch import mambaish_config
 from sglang.srt.managers.utils import GenerationBatchResult
 from sglang.srt.model_executor.forward_batch_info import (
     CaptureHiddenMode,
@@ -80,6 +81,13 @@ class DFlashWorker(BaseSpecWorker):
         self.draft_model = bundle.draft_model
         config = self.draft_model.config
         config.validate_against(self.model_runner.model_config.hf_config)
+        if mambaish_config(self.model_runner.model_config) is not None:
+            # Committing linear-attention state after verify is not written yet; serving such a
+            # target here would silently diverge from its own output.
+            raise NotImplementedError(
+                "dflash_sglang does not serve hybrid (linear-attention) targets yet; "
+                "run them with DFLASH_SGLANG_WORKER=builtin"
+            )
         captured = self.model_runner.spec_aux_config.dflash_target_layer_ids
         if captured is not None and tuple(captured) != config.target_layer_ids:
             raise DFlashConfigError(
