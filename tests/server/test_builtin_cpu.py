@@ -12,13 +12,10 @@ import math
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from dflash_sglang.model import DFlashDraftModel
-from dflash_sglang.reference import dflash_generate
 from dflash_sglang.testing.server import SGLangServer
-from dflash_sglang.testing.tiny import TinyShape, write_tiny_pair
+
+from .pairs import reference as run_reference
 
 BLOCK = 8
 MAX_NEW = 40
@@ -27,31 +24,19 @@ PROMPT_LENGTHS = [1, 3, 7, 8, 9, 16, 31, 70]  # below, at and across block bound
 
 
 @pytest.fixture(scope="module")
-def pair(tmp_path_factory):
-    # The target favours 3 tokens, so even the random drafter is often accepted (partially).
-    return write_tiny_pair(
-        tmp_path_factory.mktemp("builtin-pair8"), block_size=BLOCK, shape=TinyShape(hot_tokens=3)
-    )
+def pair(pair8):
+    return pair8
 
 
 @pytest.fixture(scope="module")
 def reference(pair):
     """The engine-free DFlash decoder on the same pair (transformers target, float32)."""
-    eos = AutoTokenizer.from_pretrained(pair.target).eos_token_id
-    target = AutoModelForCausalLM.from_pretrained(pair.target, dtype=torch.float32).eval()
-    draft = DFlashDraftModel.from_pretrained(pair.draft)
-
-    def run(input_ids):
-        ids = torch.tensor([input_ids])
-        return dflash_generate(target, draft, ids, MAX_NEW, stop_token_ids=[eos], block_size=BLOCK)
-
-    return run
+    return lambda input_ids: run_reference(pair, input_ids, MAX_NEW, BLOCK)
 
 
 @pytest.fixture(scope="module")
-def nospec(pair, tmp_path_factory):
-    with SGLangServer(pair.target, port_range=PORTS, log_dir=tmp_path_factory.mktemp("nospec-log")) as server:
-        yield server
+def nospec(nospec8):
+    return nospec8
 
 
 @pytest.fixture(scope="module")

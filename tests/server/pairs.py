@@ -1,0 +1,44 @@
+"""Tiny pairs and reference outputs shared by the server tests."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from dflash_sglang.model import DFlashDraftModel
+from dflash_sglang.reference import dflash_generate
+from dflash_sglang.testing.tiny import CORPUS, TinyShape, write_tiny_pair
+
+HOT_SHAPE = TinyShape(hot_tokens=3)  # a random drafter is often partially, sometimes fully accepted
+
+
+def make_pair(root: Path, block_size: int, shape: TinyShape = HOT_SHAPE):
+    return write_tiny_pair(root, seed=0, block_size=block_size, shape=shape)
+
+
+def chat_prompts(count: int = 16) -> list[str]:
+    """User messages of different lengths, cut from the tiny corpus."""
+    words = CORPUS.split()
+    return [" ".join(words[i : i + 1 + 3 * i]) for i in range(count)]
+
+
+@functools.lru_cache(maxsize=4)
+def load(pair_target: Path, pair_draft: Path):
+    target = AutoModelForCausalLM.from_pretrained(pair_target, dtype=torch.float32).eval()
+    return AutoTokenizer.from_pretrained(pair_target), target, DFlashDraftModel.from_pretrained(pair_draft)
+
+
+def reference(pair, input_ids, max_new_tokens, block_size):
+    tokenizer, target, draft = load(pair.target, pair.draft)
+    return dflash_generate(
+        target, draft, torch.tensor([input_ids]), max_new_tokens,
+        stop_token_ids=[tokenizer.eos_token_id], block_size=block_size,
+    )  # fmt: skip
+
+
+def chat(server, content: str, **params) -> dict:
+    body = {"model": "tiny", "messages": [{"role": "user", "content": content}], "temperature": 0, **params}
+    return server.post("/v1/chat/completions", body)

@@ -1,0 +1,253 @@
+"""Our DFlashWorker in a real SGLang server on CPU (127.0.0.1), against a no-spec server of the
+same target and against the engine-free reference: greedy outputs token for token, verify-step
+counts, chat completions (plain and streamed), concurrency, short outputs, stop strings, radix
+cache hits, aborts, and bad requests.
+
+The tiny pair's target favours three tokens (`hot_tokens`), so its random drafter is accepted
+partially and sometimes fully: the accept paths run, not only the reject path.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from dflash_sglang.testing.server import SGLangServer
+
+from .pairs import chat, chat_prompts, load, reference
+
+BLOCK = 8
+MAX_NEW = 40
+DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback only, no proxy
+
+
+@pytest.fixture(scope="module")
+def pair(pair8):
+    return pair8
+
+
+@pytest.fixture(scope="module")
+def nospec(nospec8):
+    return nospec8
+
+
+@pytest.fixture(scope="module")
+def dflash(pair):
+    args = ["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", pair.draft,
+            "--speculative-num-draft-tokens", BLOCK]  # fmt: skip
+    with SGLangServer(pair.target, args) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def prompt_ids(pair):
+    tokenizer = load(pair.target, pair.draft)[0]
+    texts = [
+        tokenizer.apply_chat_template(
+            [{"role": "user", "content": p}], add_generation_prompt=True, tokenize=False
+        )
+        for p in chat_prompts(16)
+    ]
+    return [tokenizer(text)["input_ids"] for text in texts]
+
+
+def test_startup_log_names_our_worker(dflash):
+    assert "dflash_sglang: DFLASH served by dflash_sglang.worker.DFlashWorker" in dflash.log_path.read_text()
+
+
+def test_greedy_generate_equals_reference_one_at_a_time(pair, dflash, nospec, prompt_ids):
+    accepted_more_than_one = 0
+    for ids in prompt_ids:
+        out = dflash.generate(ids, MAX_NEW)
+        ref = reference(pair, ids, MAX_NEW, BLOCK)
+        assert out["output_ids"] == ref.tokens
+        assert out["output_ids"] == nospec.generate(ids, MAX_NEW)["output_ids"]
+        meta = out["meta_info"]
+        assert meta["spec_verify_ct"] == len(ref.accept_lengths)  # same drafts, same acceptance
+        assert 1.0 <= meta["spec_accept_length"] <= BLOCK
+        accepted_more_than_one += max(ref.accept_lengths) > 1
+    assert accepted_more_than_one >= 8  # the accept path ran, not only rejections
+
+
+def test_greedy_generate_eight_at_once(pair, dflash, prompt_ids):
+    batch = prompt_ids[:8]
+    outs = dflash.generate(batch, MAX_NEW)
+    for ids, out in zip(batch, outs, strict=True):
+        assert out["output_ids"] == reference(pair, ids, MAX_NEW, BLOCK).tokens
+
+
+def test_chat_completions_equal_nospec_alone_concurrent_and_streamed(dflash, nospec):
+    prompts = chat_prompts(16)
+    expected = [chat(nospec, p, max_tokens=MAX_NEW)["choices"][0]["message"]["content"] for p in prompts]
+    alone = [chat(dflash, p, max_tokens=MAX_NEW)["choices"][0]["message"]["content"] for p in prompts]
+    assert alone == expected
+    with ThreadPoolExecutor(8) as pool:
+        together = list(pool.map(lambda p: chat(dflash, p, max_tokens=MAX_NEW), prompts[:8]))
+    assert [r["choices"][0]["message"]["content"] for r in together] == expected[:8]
+    for prompt, text in zip(prompts[:4], expected[:4], strict=True):
+        assert streamed_chat(dflash, prompt, max_tokens=MAX_NEW) == text
+
+
+def streamed_chat(server, content: str, **params) -> str:
+    body = {"model": "tiny", "messages": [{"role": "user", "content": content}], "temperature": 0,
+            "stream": True, **params}  # fmt: skip
+    request = urllib.request.Request(
+        f"{server.base_url}/v1/chat/completions",
+        json.dumps(body).encode(),
+        {"Content-Type": "application/json"},
+    )
+    text = []
+    with DIRECT.open(request, timeout=120) as response:
+        for line in response:
+            line = line.decode().strip()
+            if line.startswith("data:") and line != "data: [DONE]":
+                delta = json.loads(line[5:])["choices"][0]["delta"]
+                text.append(delta.get("content") or "")
+    return "".join(text)
+
+
+def test_max_tokens_smaller_than_a_block(pair, dflash, prompt_ids):
+    for ids in prompt_ids[:4]:
+        out = dflash.generate(ids, 3)
+        assert out["output_ids"] == reference(pair, ids, 3, BLOCK).tokens
+        assert out["meta_info"]["completion_tokens"] == len(out["output_ids"]) <= 3
+
+
+def test_stop_string_inside_an_accepted_block(dflash, nospec):
+    prompt = chat_prompts(16)[5]
+    full = chat(nospec, prompt, max_tokens=MAX_NEW)["choices"][0]["message"]["content"]
+    stop = full[len(full) // 2 : len(full) // 2 + 3]
+    expected = chat(nospec, prompt, max_tokens=MAX_NEW, stop=[stop])["choices"][0]["message"]["content"]
+    got = chat(dflash, prompt, max_tokens=MAX_NEW, stop=[stop])["choices"][0]["message"]["content"]
+    assert got == expected and len(got) < len(full)
+
+
+def test_repeated_prefix_hits_the_radix_cache(pair, dflash, prompt_ids):
+    ids = prompt_ids[10]
+    first = dflash.generate(ids, MAX_NEW)
+    again = dflash.generate(ids, MAX_NEW)
+    assert again["meta_info"]["cached_tokens"] > 0
+    assert again["output_ids"] == first["output_ids"] == reference(pair, ids, MAX_NEW, BLOCK).tokens
+    # A longer prompt sharing that prefix (prompt + generated text) continues exactly.
+    longer = ids + first["output_ids"][:10]
+    out = dflash.generate(longer, MAX_NEW)
+    assert out["meta_info"]["cached_tokens"] >= len(ids)
+    assert out["output_ids"] == reference(pair, longer, MAX_NEW, BLOCK).tokens
+
+
+def test_abort_mid_generation_while_others_continue(pair, dflash, prompt_ids):
+    aborted = {}
+
+    def long_request():
+        params = {"temperature": 0, "max_new_tokens": 3000, "ignore_eos": True}
+        body = {"input_ids": prompt_ids[0], "rid": "abort-me", "sampling_params": params}
+        aborted["result"] = dflash.post("/generate", body)
+
+    thread = threading.Thread(target=long_request)
+    thread.start()
+    time.sleep(2.0)
+    with ThreadPoolExecutor(4) as pool:
+        others = pool.map(lambda ids: dflash.generate(ids, MAX_NEW), prompt_ids[1:5])
+        abort = urllib.request.Request(
+            f"{dflash.base_url}/abort_request",
+            json.dumps({"rid": "abort-me"}).encode(),
+            {"Content-Type": "application/json"},
+        )
+        assert DIRECT.open(abort, timeout=30).status == 200
+        others = list(others)
+    thread.join(60)
+    assert aborted["result"]["meta_info"]["finish_reason"]["type"] == "abort"
+    assert aborted["result"]["meta_info"]["completion_tokens"] < 3000
+    for ids, out in zip(prompt_ids[1:5], others, strict=True):
+        assert out["output_ids"] == reference(pair, ids, MAX_NEW, BLOCK).tokens
+
+
+@pytest.mark.parametrize(
+    "path,body,words",
+    [
+        (
+            "/generate",
+            {"input_ids": list(range(5000)), "sampling_params": {"max_new_tokens": 4}},
+            "context length",
+        ),
+        ("/generate", {"input_ids": [5, 6, 7], "sampling_params": {"temperature": -1}}, "temperature"),
+        ("/generate", {"input_ids": [5, 6, 7], "sampling_params": {"top_p": 2.0}}, "top_p"),
+        (
+            "/v1/chat/completions",
+            {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "temperature": -3},
+            "temperature",
+        ),  # fmt: skip
+    ],
+)
+def test_bad_requests_get_4xx_and_the_server_keeps_serving(pair, dflash, prompt_ids, path, body, words):
+    with pytest.raises(urllib.error.HTTPError) as err:
+        dflash.post(path, body)
+    assert 400 <= err.value.code < 500
+    assert words in err.value.read().decode()
+    ids = prompt_ids[3]
+    assert dflash.generate(ids, MAX_NEW)["output_ids"] == reference(pair, ids, MAX_NEW, BLOCK).tokens
+
+
+def test_sampling_is_distribution_exact_and_greedy_neighbours_stay_exact(pair, dflash, prompt_ids):
+    """Temperature 1: the first three tokens of 400 sampled completions follow the target's own
+    joint law (chi-square, p > 0.001; the same samples fail against temperature 0.7). Greedy
+    requests running in the same batches stay token-identical to the reference."""
+    import torch
+    from scipy import stats
+
+    prompt, n = prompt_ids[2], 400
+    params = {"temperature": 1.0, "max_new_tokens": 3, "ignore_eos": True}
+    with ThreadPoolExecutor(2) as pool:
+        greedy = pool.submit(lambda: [dflash.generate(ids, MAX_NEW) for ids in prompt_ids[6:9]])
+        sampled = dflash.post("/generate", {"input_ids": [prompt] * n, "sampling_params": params})
+        for ids, out in zip(prompt_ids[6:9], greedy.result(), strict=True):
+            assert out["output_ids"] == reference(pair, ids, MAX_NEW, BLOCK).tokens
+    assert any(out["meta_info"]["spec_accept_length"] > 1 for out in sampled)  # drafts were accepted
+
+    outcomes = sorted({tuple(out["output_ids"]) for out in sampled})
+    counts = torch.tensor(
+        [sum(tuple(o["output_ids"]) == x for o in sampled) for x in outcomes], dtype=torch.float64
+    )
+    _, target, _ = load(pair.target, pair.draft)
+    seqs = torch.tensor([prompt + list(x) for x in outcomes])
+    with torch.no_grad():
+        logits = target(seqs).logits[:, len(prompt) - 1 : -1].double()
+
+    def p_value(temperature):
+        logp = torch.log_softmax(logits / temperature, -1).gather(-1, seqs[:, len(prompt) :, None])
+        expected = logp.squeeze(-1).sum(-1).exp() * n  # outcomes never sampled pool into "rest"
+        keep = expected >= 5
+        observed = torch.cat([counts[keep], (n - counts[keep].sum()).view(1)])
+        expected = torch.cat([expected[keep], (n - expected[keep].sum()).view(1)])
+        return stats.chisquare(observed.numpy(), expected.numpy()).pvalue
+
+    print(f"chi-square p-values: T=1.0 {p_value(1.0):.3g}, T=0.7 {p_value(0.7):.3g}")
+    assert p_value(1.0) > 1e-4
+    assert p_value(0.7) < 1e-6
+
+
+def test_the_readme_openai_client_call(dflash, nospec):
+    """The seed cards' client code (as in the README) against the DFLASH server."""
+    import httpx
+    from openai import OpenAI
+
+    def ask(server):
+        client = OpenAI(
+            base_url=f"{server.base_url}/v1", api_key="EMPTY", http_client=httpx.Client(trust_env=False)
+        )
+        response = client.chat.completions.create(
+            model="tiny",
+            messages=[{"role": "user", "content": "Write a quicksort in Python."}],
+            max_tokens=64,
+            temperature=0.0,
+        )
+        return response.choices[0].message.content
+
+    answer = ask(dflash)
+    assert answer and answer == ask(nospec)

@@ -1,0 +1,88 @@
+"""Startup: the plugin comes from the installed distribution's entry point, the env switches
+work, and a drafter that cannot work stops the server at startup with the field named."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from importlib import metadata
+
+import pytest
+
+from dflash_sglang.testing.server import ServerError, SGLangServer
+from dflash_sglang.testing.tiny import TinyShape
+
+from .pairs import make_pair
+
+
+def test_entry_point_comes_from_the_installed_distribution():
+    (ours,) = [ep for ep in metadata.entry_points(group="sglang.srt.plugins") if ep.name == "dflash_sglang"]
+    assert ours.value == "dflash_sglang.plugin:register"
+    assert ours.dist.name == "dflash-sglang"
+
+
+PROBE = """
+from sglang.srt.plugins import load_plugins
+from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+load_plugins()
+print(SpeculativeAlgorithm.DFLASH.create_worker(None).__module__)
+"""
+
+
+BUILTIN = "sglang.srt.speculative.dflash_worker_v2"
+
+
+@pytest.mark.parametrize(
+    "env,expected",
+    [({}, "dflash_sglang.worker"), ({"DFLASH_SGLANG_WORKER": "builtin"}, BUILTIN),
+     ({"DFLASH_SGLANG_DISABLE": "1"}, BUILTIN)],
+)  # fmt: skip
+def test_env_switches_select_the_worker_through_sglangs_own_plugin_loader(env, expected):
+    # A fresh interpreter: SGLang discovers the entry point and applies the hooks itself.
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("DFLASH_SGLANG")}
+    out = subprocess.run([sys.executable, "-c", PROBE], env={**clean, **env}, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == expected
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    return make_pair(tmp_path_factory.mktemp("broken"), 8)
+
+
+def break_draft(pair, tmp_path, edit) -> str:
+    broken = tmp_path / "draft"
+    broken.mkdir()
+    for file in pair.draft.iterdir():
+        (broken / file.name).write_bytes(file.read_bytes())
+    config = json.loads((broken / "config.json").read_text())
+    edit(config)
+    (broken / "config.json").write_text(json.dumps(config))
+    return str(broken)
+
+
+def drafter_for_a_narrower_target(pair, tmp_path) -> str:
+    """A consistent drafter (weights match its config) made for a hidden-32 target."""
+    return str(make_pair(tmp_path / "narrow", 8, TinyShape(hidden_size=32, hot_tokens=3)).draft)
+
+
+@pytest.mark.parametrize(
+    "make_draft,words",
+    [
+        (drafter_for_a_narrower_target, ["hidden_size", "32", "64"]),
+        (lambda pair, tmp: break_draft(pair, tmp, lambda c: c.pop("dflash_config")), ["dflash_config"]),
+    ],
+    ids=["hidden-size-mismatch", "no-dflash-config"],
+)
+def test_broken_drafter_fails_at_startup_naming_the_field(pair, tmp_path, make_draft, words):
+    draft = make_draft(pair, tmp_path)
+    args = ["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", draft,
+            "--speculative-num-draft-tokens", "8"]  # fmt: skip
+    with pytest.raises(ServerError) as err:
+        SGLangServer(pair.target, args, timeout=240).start()
+    log = err.value.args[0]
+    assert "DFlashConfigError" in log
+    for word in words:
+        assert word in log
