@@ -18,7 +18,7 @@ lint:
 	$(PY) -m ruff format --check python tests
 
 serve:
-	@echo "make serve: not yet (lands with the SGLang worker issue)"
+	launch/tiny-cpu.sh
 
 demo:
 	@echo "make demo: not yet (lands with the embedded tiny pair issue)"

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Qwen3.5-27B with z-lab/Qwen3.5-27B-DFlash: the seed card's command, verbatim.
+# Hybrid target (Gated DeltaNet + attention). Not served by dflash_sglang yet: its worker refuses
+# hybrid targets at startup until the hybrid-targets issue lands, and SGLang 0.5.23 does not know
+# --mamba-scheduler-strategy (its name is --mamba-radix-cache-strategy) until that issue's alias.
+set -euo pipefail
+# Optional: enable schedule overlapping (experimental, may not be stable)
+# export SGLANG_ENABLE_SPEC_V2=1
+# export SGLANG_ENABLE_DFLASH_SPEC_V2=1
+# export SGLANG_ENABLE_OVERLAP_PLAN_STREAM=1
+
+python -m sglang.launch_server \
+    --model-path Qwen/Qwen3.5-27B \
+    --speculative-algorithm DFLASH \
+    --speculative-draft-model-path z-lab/Qwen3.5-27B-DFlash \
+    --speculative-num-draft-tokens 16 \
+    --tp-size 1 \
+    --attention-backend fa3 \
+    --mem-fraction-static 0.75 \
+    --mamba-scheduler-strategy extra_buffer \
+    --trust-remote-code
