@@ -1,6 +1,9 @@
 """Block size 16: our worker and SGLang's built-in DFLASH worker (DFLASH_SGLANG_WORKER=builtin,
 which keeps only our CPU layer) on the same CPU server setup give identical outputs and identical
-per-request verify-step counts, and both equal the engine-free reference."""
+per-request verify-step counts, and both equal the engine-free reference.
+
+Our server runs with `--disable-overlap-schedule` (SGLang's synchronous loop), the built-in one
+with the overlap scheduler, so with test_worker.py (ours, overlap on) both loops are covered."""
 
 from __future__ import annotations
 
@@ -22,6 +25,8 @@ def pair(tmp_path_factory):
 def dflash_server(pair, worker: str):
     args = ["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", pair.draft,
             "--speculative-num-draft-tokens", BLOCK]  # fmt: skip
+    if worker == "dflash_sglang":
+        args.append("--disable-overlap-schedule")
     return SGLangServer(pair.target, args, env={"DFLASH_SGLANG_WORKER": worker})
 
 
@@ -44,7 +49,9 @@ def outputs(pair):
 
 def test_each_server_runs_the_worker_it_was_asked_for(outputs):
     _, results = outputs
-    assert "served by dflash_sglang.worker.DFlashWorker" in results["dflash_sglang"]["log"].read_text()
+    ours = results["dflash_sglang"]["log"].read_text()
+    assert "served by dflash_sglang.worker.DFlashWorker" in ours
+    assert "'disable_overlap_schedule': True" in ours
     assert "served by dflash_sglang" not in results["builtin"]["log"].read_text()
 
 
