@@ -69,6 +69,13 @@ class DFlashWorker(BaseSpecWorker):
         self._target_worker = target_worker
         self.model_runner = target_worker.model_runner
         self.device = target_worker.device
+        if mambaish_config(self.model_runner.model_config) is not None:
+            # Committing linear-attention state after verify is not written yet; serving such a
+            # target here would silently diverge from its own output.
+            raise NotImplementedError(
+                "dflash_sglang does not serve hybrid (linear-attention) targets yet; "
+                "run them with DFLASH_SGLANG_WORKER=builtin"
+            )
         bundle = build_draft_tp_worker(
             server_args=server_args,
             gpu_id=gpu_id,
@@ -81,13 +88,6 @@ class DFlashWorker(BaseSpecWorker):
         self.draft_model = bundle.draft_model
         config = self.draft_model.config
         config.validate_against(self.model_runner.model_config.hf_config)
-        if mambaish_config(self.model_runner.model_config) is not None:
-            # Committing linear-attention state after verify is not written yet; serving such a
-            # target here would silently diverge from its own output.
-            raise NotImplementedError(
-                "dflash_sglang does not serve hybrid (linear-attention) targets yet; "
-                "run them with DFLASH_SGLANG_WORKER=builtin"
-            )
         captured = self.model_runner.spec_aux_config.dflash_target_layer_ids
         if captured is not None and tuple(captured) != config.target_layer_ids:
             raise DFlashConfigError(
@@ -142,6 +142,8 @@ class DFlashWorker(BaseSpecWorker):
 
     def __getattr__(self, name):
         # Everything else (memory info, weight updates, ...) is the target worker's.
+        if name == "_target_worker":  # not set yet: no recursion
+            raise AttributeError(name)
         return getattr(self._target_worker, name)
 
     def forward_batch_generation(self, batch, on_publish=None, grammar_barrier=None, pp_proxy_tensors=None):
