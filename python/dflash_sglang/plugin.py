@@ -54,9 +54,9 @@ def register() -> None:
 def _create_worker(original, algorithm, server_args):
     if not algorithm.is_dflash():
         return original(algorithm, server_args)
-    from .worker import worker_class
+    from .worker import DFlashWorker
 
-    return worker_class(server_args)
+    return DFlashWorker
 
 
 def _resolve_model_cls(original, registry, architectures):

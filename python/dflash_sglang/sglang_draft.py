@@ -24,6 +24,13 @@ from . import model as plain
 from .config import DFlashConfig, DFlashConfigError
 
 
+def sglang_window(config: DFlashConfig, layer: int) -> int:
+    """SGLang's `sliding_window_size` of a drafter layer: window_left, the HF window minus the
+    current token (-1: full attention)."""
+    window = config.window_of(layer)
+    return -1 if window is None else window - 1
+
+
 def draft_config_of(hf_config) -> DFlashConfig:
     """The validated DFlash config of the drafter SGLang loaded (errors name the field)."""
     return DFlashConfig.from_dict(hf_config.to_dict())
@@ -48,7 +55,7 @@ class DFlashDraftModel(plain.DFlashDraftModel):
                 scaling=dflash.head_dim**-0.5,
                 num_kv_heads=dflash.num_key_value_heads,
                 layer_id=i,
-                sliding_window_size=dflash.window_of(i) or -1,
+                sliding_window_size=sglang_window(dflash, i),
                 attn_type=AttentionType.DECODER if dflash.is_causal(i) else AttentionType.ENCODER_ONLY,
             )
             for i in range(dflash.num_hidden_layers)
@@ -61,8 +68,8 @@ class DFlashDraftModel(plain.DFlashDraftModel):
         self.block_size = int(block_size)
 
     def get_attention_sliding_window_size(self) -> int | None:
-        windows = [w for w in map(self.config.window_of, range(self.config.num_hidden_layers)) if w]
-        return max(windows) if windows else None
+        windows = [sglang_window(self.config, i) for i in range(self.config.num_hidden_layers)]
+        return max(windows) if max(windows) > -1 else None
 
     def get_input_embeddings(self):
         return None  # the block is embedded with the target's embedding

@@ -48,11 +48,6 @@ from .spec_info import DFlashDraftState
 logger = logging.getLogger(__name__)
 
 
-def worker_class(server_args):
-    """The worker `--speculative-algorithm DFLASH` builds (the plugin's create_worker hook)."""
-    return DFlashWorker
-
-
 class Block(NamedTuple):
     """One step's draft block and where it lives."""
 

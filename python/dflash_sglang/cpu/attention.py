@@ -15,20 +15,21 @@ from __future__ import annotations
 import torch
 from torch.nn.functional import scaled_dot_product_attention
 
+from ..model import block_visibility as model_block_visibility
+
 TARGET = "sglang.srt.layers.attention.torch_native_backend.TorchNativeAttnBackend.forward_extend"
 
 
 def block_visibility(prefix_len: int, block_len: int, causal: bool, window: int | None) -> torch.Tensor:
     """[block_len, prefix_len + block_len] bool, True where a block query may see a key.
 
-    `window` follows SGLang's `sliding_window_size` (window_left: keys q-window .. q).
+    `window` follows SGLang's `sliding_window_size` (window_left: keys q-window .. q), one less
+    than the HF window the drafter's own mask (`model.block_visibility`) takes.
     """
-    q_pos = torch.arange(prefix_len, prefix_len + block_len).unsqueeze(1)
-    k_pos = torch.arange(prefix_len + block_len).unsqueeze(0)
-    visible = (k_pos <= q_pos) if causal else torch.ones(block_len, prefix_len + block_len, dtype=torch.bool)
-    if window is not None and window > -1:
-        visible = visible & (k_pos >= q_pos - window)
-    return visible
+    q_pos = torch.arange(prefix_len, prefix_len + block_len)
+    k_pos = torch.arange(prefix_len + block_len)
+    hf_window = window + 1 if window is not None and window > -1 else None
+    return model_block_visibility(q_pos, k_pos, hf_window, causal)
 
 
 def verify_attention(
