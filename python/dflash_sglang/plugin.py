@@ -6,9 +6,18 @@ Through SGLang's HookRegistry it
 - installs the torch stand-ins for GPU-only kernels; each one acts only on CPU tensors and
   hands GPU tensors to SGLang's own kernel.
 
+Which worker, as the seed cards toggle "schedule overlapping":
+  SGLANG_ENABLE_SPEC_V2=1 or SGLANG_ENABLE_DFLASH_SPEC_V2=1
+                                  DFlashOverlapWorker under SGLang's overlap scheduler
+  neither, or --disable-overlap-schedule
+                                  DFlashWorker under SGLang's synchronous loop
+  (SGLANG_ENABLE_OVERLAP_PLAN_STREAM=1 moves the scheduler's KV planning to a side stream;
+  SGLang's own draft state, which ours extends, implements it.)
+
 Environment:
   DFLASH_SGLANG_DISABLE=1         the plugin does nothing
   DFLASH_SGLANG_WORKER=builtin    keep the CPU layer, run SGLang's built-in DFLASH worker
+  DFLASH_SGLANG_CHECK_HOST_SYNC=1 fail any step that reads device data on the host (host_sync.py)
 """
 
 from __future__ import annotations
@@ -19,6 +28,7 @@ import os
 logger = logging.getLogger(__name__)
 
 DRAFT_ARCHITECTURE = "DFlashDraftModel"
+OVERLAP_FLAGS = ("SGLANG_ENABLE_SPEC_V2", "SGLANG_ENABLE_DFLASH_SPEC_V2")
 
 
 def worker_choice() -> str:
@@ -26,6 +36,11 @@ def worker_choice() -> str:
     if choice not in ("dflash_sglang", "builtin"):
         raise ValueError(f"DFLASH_SGLANG_WORKER={choice!r}: expected 'dflash_sglang' or 'builtin'")
     return choice
+
+
+def overlap_requested() -> bool:
+    on = ("1", "true", "yes", "on")
+    return any(os.environ.get(flag, "").strip().lower() in on for flag in OVERLAP_FLAGS)
 
 
 def register() -> None:
@@ -49,14 +64,31 @@ def register() -> None:
         _resolve_model_cls,
         HookType.AROUND,
     )
+    HookRegistry.register(
+        "sglang.srt.arg_groups.speculative_hook._handle_dflash", _resolve_schedule, HookType.AFTER
+    )
+
+
+def _resolve_schedule(result, server_args):
+    """AFTER _handle_dflash: without an overlap flag the schedule is synchronous."""
+    from sglang.srt.arg_groups.overrides import declare_resolution, resolving_view
+
+    if not overlap_requested() and not resolving_view(server_args).disable_overlap_schedule:
+        declare_resolution(server_args, __name__, disable_overlap_schedule=True)
+        logger.info(
+            "dflash_sglang: synchronous schedule (set SGLANG_ENABLE_SPEC_V2=1 for the overlap worker)"
+        )
+    return result
 
 
 def _create_worker(original, algorithm, server_args):
     if not algorithm.is_dflash():
         return original(algorithm, server_args)
-    from .worker import DFlashWorker
+    from sglang.srt.arg_groups.overrides import resolving_view
 
-    return DFlashWorker
+    from .worker import DFlashOverlapWorker, DFlashWorker
+
+    return DFlashWorker if resolving_view(server_args).disable_overlap_schedule else DFlashOverlapWorker
 
 
 def _resolve_model_cls(original, registry, architectures):

@@ -13,10 +13,15 @@ One decode step, in three phases (`forward_batch_generation`):
 Prefill runs the target with hidden-state capture and injects the prompt's features. KV slots
 come from SGLang's spec-v2 over-allocation (`DFlashDraftInputV2.prepare_for_decode`): the block's
 slots are reserved ahead, rejected ones are simply overwritten next step.
+
+No phase reads device data on the host, so SGLang's overlap scheduler can plan step t+1 while step
+t runs. `DFlashWorker` runs under SGLang's synchronous loop; `DFlashOverlapWorker` (below) under
+the overlap loop, with the drafter-side work on its own CUDA stream (streams.py, docs/overlap.md).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import NamedTuple
 
@@ -29,7 +34,7 @@ from sglang.srt.model_executor.forward_batch_info import (
     ForwardMode,
     compute_position,
 )
-from sglang.srt.runtime_context import get_parallel, get_spec
+from sglang.srt.runtime_context import get_memory, get_parallel, get_spec
 from sglang.srt.speculative.base_spec_worker import BaseSpecWorker
 from sglang.srt.speculative.dflash_info import DFlashVerifyInput
 from sglang.srt.speculative.dflash_utils import apply_dflash_verify_logits_adjustments
@@ -40,10 +45,12 @@ from sglang.srt.speculative.draft_worker_common import (
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 from sglang.srt.utils import async_h2d
 
+from . import host_sync
 from .accept import Acceptance, greedy_accept, rejection_accept
 from .config import DFlashConfigError
 from .sampling import target_distribution, vocab_parallel_argmax
 from .spec_info import DFlashDraftState
+from .streams import DrafterStream
 
 logger = logging.getLogger(__name__)
 
@@ -58,6 +65,8 @@ class Block(NamedTuple):
 
 
 class DFlashWorker(BaseSpecWorker):
+    schedule = "synchronous"  # which SGLang loop runs it; the overlap variant overrides
+
     def __init__(self, server_args, gpu_id: int, nccl_port: int, target_worker):
         super().__init__()
         self.server_args = server_args
@@ -98,14 +107,23 @@ class DFlashWorker(BaseSpecWorker):
         self.draft_block_info = make_draft_block_spec_info(
             draft_token_num=self.block_size, device=self.device
         )
+        self.drafter = DrafterStream(self.device, enabled=self.wants_drafter_stream(server_args))
+        self.check_host_sync = host_sync.enabled()
         logger.info(
-            "dflash_sglang: DFLASH served by %s.%s (block size %d, draft layers %d, target layers %s)",
+            "dflash_sglang: DFLASH served by %s.%s (%s schedule, drafter stream %s%s; block size %d, "
+            "draft layers %d, target layers %s)",
             type(self).__module__,
             type(self).__qualname__,
+            self.schedule,
+            "on" if self.drafter.active else "off",
+            ", host-sync check on" if self.check_host_sync else "",
             self.block_size,
             config.num_hidden_layers,
             list(config.target_layer_ids),
         )
+
+    def wants_drafter_stream(self, server_args) -> bool:
+        return False
 
     # ---- SGLang's worker interface -----------------------------------------------------------
 
@@ -142,13 +160,17 @@ class DFlashWorker(BaseSpecWorker):
         return getattr(self._target_worker, name)
 
     def forward_batch_generation(self, batch, on_publish=None, grammar_barrier=None, pp_proxy_tensors=None):
-        if batch.forward_mode.is_extend() or batch.is_extend_in_batch:
-            return self.prefill(batch, on_publish)
-        if batch.forward_mode.is_idle():
-            return self.idle(on_publish)
-        block = self.draft(batch, batch.spec_info)
-        target_out, accepted = self.verify(batch, block)
-        return self.commit(batch, block, target_out, accepted, on_publish)
+        # No target forward may overwrite what a queued injection of the last step still reads.
+        self.drafter.join()
+        guard = host_sync.DeviceDataGuard(host_sync.step_inputs(batch)) if self.check_host_sync else None
+        with guard or contextlib.nullcontext():
+            if batch.forward_mode.is_extend() or batch.is_extend_in_batch:
+                return self.prefill(batch, on_publish)
+            if batch.forward_mode.is_idle():
+                return self.idle(on_publish)
+            block = self.draft(batch, batch.spec_info)
+            target_out, accepted = self.verify(batch, block)
+            return self.commit(batch, block, target_out, accepted, on_publish)
 
     # ---- prefill -----------------------------------------------------------------------------
 
@@ -170,12 +192,12 @@ class DFlashWorker(BaseSpecWorker):
         positions, _ = compute_position(
             self.model_runner.prefill_attention_backend_str, prefix_lens, extend_lens, sum(batch.extend_lens)
         )
-        self.draft_model.write_context_kv(
-            self.draft_runner.token_to_kv_pool,
-            result.logits_output.hidden_states,
-            positions,
-            kv_plan.write_ids(self.draft_runner.kv_index_translator),
-        )
+        hidden = result.logits_output.hidden_states
+        write_ids = kv_plan.write_ids(self.draft_runner.kv_index_translator)
+        with self.drafter.run(hidden, positions, write_ids):
+            self.draft_model.write_context_kv(
+                self.draft_runner.token_to_kv_pool, hidden, positions, write_ids
+            )
         result.logits_output.hidden_states = None
         result.next_draft_input = DFlashDraftState.create(result.next_token_ids, batch.seq_lens)
         return result
@@ -196,6 +218,10 @@ class DFlashWorker(BaseSpecWorker):
     # ---- draft -------------------------------------------------------------------------------
 
     def draft(self, batch, state) -> Block:
+        with self.drafter.run():
+            return self.draft_on_drafter_stream(batch, state)
+
+    def draft_on_drafter_stream(self, batch, state) -> Block:
         bs, size = len(batch.seq_lens), self.block_size
         seq_lens = batch.seq_lens
         positions = seq_lens.unsqueeze(1) + self.block_offsets  # [bs, B]
@@ -247,6 +273,7 @@ class DFlashWorker(BaseSpecWorker):
     # ---- verify ------------------------------------------------------------------------------
 
     def verify(self, batch, block: Block):
+        self.drafter.join()  # the drafts
         size = self.block_size
         verify_input = DFlashVerifyInput(
             draft_token=block.tokens.flatten(),
@@ -286,15 +313,15 @@ class DFlashWorker(BaseSpecWorker):
             on_publish(new_seq_lens)  # the scheduler may plan the next step from here on
         bonus = accepted.tokens.gather(1, (accepted.lengths - 1).unsqueeze(1)).squeeze(1)
         # The verified token and the accepted drafts now have target features: inject them.
-        write_ids = block.kv_plan.write_ids(self.draft_runner.kv_index_translator)
+        write_ids = block.kv_plan.write_ids(self.draft_runner.kv_index_translator).view(-1, self.block_size)
         logits_output = target_out.logits_output
-        self.draft_model.write_context_kv(
-            self.draft_runner.token_to_kv_pool,
-            logits_output.hidden_states,
-            block.positions,
-            write_ids.view(-1, self.block_size),
-            commit_lens=lengths,
-        )
+        hidden = logits_output.hidden_states
+        # Queued behind acceptance, ahead of the result copies and the next step's planning,
+        # which it overlaps on a GPU.
+        with self.drafter.run(hidden, write_ids, lengths):
+            self.draft_model.write_context_kv(
+                self.draft_runner.token_to_kv_pool, hidden, block.positions, write_ids, commit_lens=lengths
+            )
         logits_output.hidden_states = None
         return GenerationBatchResult(
             logits_output=logits_output,
@@ -305,3 +332,17 @@ class DFlashWorker(BaseSpecWorker):
             speculative_num_draft_tokens=self.block_size,
             new_seq_lens=new_seq_lens,
         )
+
+
+class DFlashOverlapWorker(DFlashWorker):
+    """The same step under SGLang's overlap scheduler (`SGLANG_ENABLE_SPEC_V2=1`): the host plans
+    step t+1 once `on_publish` has the new lengths, while the GPU finishes step t; the drafter's
+    work runs on its own CUDA stream, overlapping the target's tail (docs/overlap.md)."""
+
+    schedule = "overlap"
+
+    def wants_drafter_stream(self, server_args) -> bool:
+        # Hierarchical cache and the unified pool move KV on their own streams, ordered only
+        # against the forward stream: keep draft-KV writes there.
+        memory = get_memory()
+        return not (memory.enable_hierarchical_cache or memory.enable_unified_memory)

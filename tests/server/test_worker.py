@@ -1,7 +1,8 @@
-"""Our DFlashWorker in a real SGLang server on CPU (127.0.0.1), against a no-spec server of the
-same target and against the engine-free reference: greedy outputs token for token, verify-step
-counts, chat completions (plain and streamed), concurrency, short outputs, stop strings, radix
-cache hits, aborts, and bad requests.
+"""Our overlap worker (SGLANG_ENABLE_SPEC_V2=1, SGLang's overlap loop), every step checked for host
+syncs (DFLASH_SGLANG_CHECK_HOST_SYNC=1), in a real SGLang server on CPU (127.0.0.1), against a
+no-spec server of the same target and against the engine-free reference: greedy outputs token
+for token, verify-step counts, chat completions (plain and streamed), concurrency, short outputs,
+stop strings, radix cache hits, aborts, and bad requests.
 
 The tiny pair's target favours three tokens (`hot_tokens`), so its random drafter is accepted
 partially and sometimes fully: the accept paths run, not only the reject path.
@@ -41,7 +42,8 @@ def nospec(nospec8):
 def dflash(pair):
     args = ["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", pair.draft,
             "--speculative-num-draft-tokens", BLOCK]  # fmt: skip
-    with SGLangServer(pair.target, args) as server:
+    env = {"SGLANG_ENABLE_SPEC_V2": "1", "DFLASH_SGLANG_CHECK_HOST_SYNC": "1"}
+    with SGLangServer(pair.target, args, env=env) as server:
         yield server
 
 
@@ -58,7 +60,9 @@ def prompt_ids(pair):
 
 
 def test_startup_log_names_our_worker(dflash):
-    assert "dflash_sglang: DFLASH served by dflash_sglang.worker.DFlashWorker" in dflash.log_path.read_text()
+    log = dflash.log_path.read_text()
+    assert "dflash_sglang: DFLASH served by dflash_sglang.worker.DFlashOverlapWorker (overlap schedule" in log
+    assert "host-sync check on" in log
 
 
 def test_greedy_generate_equals_reference_one_at_a_time(pair, dflash, nospec, prompt_ids):

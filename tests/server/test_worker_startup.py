@@ -24,27 +24,52 @@ def test_entry_point_comes_from_the_installed_distribution():
 
 
 PROBE = """
+import sys, types
 from sglang.srt.plugins import load_plugins
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 load_plugins()
-print(SpeculativeAlgorithm.DFLASH.create_worker(None).__module__)
+args = types.SimpleNamespace(disable_overlap_schedule=sys.argv[1] == "sync")
+worker = SpeculativeAlgorithm.DFLASH.create_worker(args)
+print(worker.__module__ + "." + worker.__qualname__)
 """
 
 
-BUILTIN = "sglang.srt.speculative.dflash_worker_v2"
+BUILTIN = "sglang.srt.speculative.dflash_worker_v2.DFlashWorkerV2"
 
 
 @pytest.mark.parametrize(
-    "env,expected",
-    [({}, "dflash_sglang.worker"), ({"DFLASH_SGLANG_WORKER": "builtin"}, BUILTIN),
-     ({"DFLASH_SGLANG_DISABLE": "1"}, BUILTIN)],
+    "env,schedule,expected",
+    [({}, "overlap", "dflash_sglang.worker.DFlashOverlapWorker"),
+     ({}, "sync", "dflash_sglang.worker.DFlashWorker"),
+     ({"DFLASH_SGLANG_WORKER": "builtin"}, "overlap", BUILTIN),
+     ({"DFLASH_SGLANG_DISABLE": "1"}, "sync", BUILTIN)],
 )  # fmt: skip
-def test_env_switches_select_the_worker_through_sglangs_own_plugin_loader(env, expected):
+def test_env_switches_select_the_worker_through_sglangs_own_plugin_loader(env, schedule, expected):
     # A fresh interpreter: SGLang discovers the entry point and applies the hooks itself.
     clean = {k: v for k, v in os.environ.items() if not k.startswith("DFLASH_SGLANG")}
-    out = subprocess.run([sys.executable, "-c", PROBE], env={**clean, **env}, capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE, schedule], env={**clean, **env}, capture_output=True, text=True
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == expected
+
+
+OVERLAP_OFF = {"SGLANG_ENABLE_SPEC_V2": "", "SGLANG_ENABLE_DFLASH_SPEC_V2": ""}
+
+
+@pytest.mark.parametrize(
+    "env,flags,worker,schedule",
+    [({"SGLANG_ENABLE_DFLASH_SPEC_V2": "1"}, [], "DFlashOverlapWorker", "overlap"),
+     ({"SGLANG_ENABLE_SPEC_V2": "1"}, ["--disable-overlap-schedule"], "DFlashWorker", "synchronous"),
+     ({}, [], "DFlashWorker", "synchronous")],
+    ids=["dflash-spec-v2", "spec-v2-but-disabled", "no-flag"],
+)  # fmt: skip
+def test_overlap_toggles_as_the_seed_cards_use_them(pair, env, flags, worker, schedule):
+    """The startup log line says which worker runs under which SGLang loop."""
+    args = ["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", pair.draft, *flags]
+    with SGLangServer(pair.target, args, env={**OVERLAP_OFF, **env}) as server:
+        log = server.log_path.read_text()
+    assert f"DFLASH served by dflash_sglang.worker.{worker} ({schedule} schedule" in log
 
 
 @pytest.fixture(scope="module")

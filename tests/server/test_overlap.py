@@ -1,0 +1,155 @@
+"""The overlap worker (SGLANG_ENABLE_SPEC_V2=1) and the plain worker (no flag), block sizes 4 and
+16, in real SGLang servers on CPU, against a no-spec server of the same target: requests that
+arrive staggered, ask for different lengths and are aborted mid-way give exactly the no-spec
+tokens (an aborted request a prefix of them). The overlap servers check every step for host syncs,
+and a planted sync shows that the check catches one.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import threading
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from dflash_sglang.testing.server import ServerError, SGLangServer
+
+from .pairs import chat_prompts, load
+
+OVERLAP = {"SGLANG_ENABLE_SPEC_V2": "1", "DFLASH_SGLANG_CHECK_HOST_SYNC": "1"}
+PLAIN = {"SGLANG_ENABLE_SPEC_V2": "", "SGLANG_ENABLE_DFLASH_SPEC_V2": ""}
+MAX_TOKENS = [3, 9, 17, 30, 45, 60, 5, 24, 12, 38]  # lengths that end inside and across blocks
+DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def dflash_args(pair, block: int) -> list:
+    return ["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", pair.draft,
+            "--speculative-num-draft-tokens", block]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def prompt_ids(pair8):
+    tokenizer = load(pair8.target, pair8.draft)[0]
+    return [tokenizer(p)["input_ids"] for p in chat_prompts(12)]
+
+
+@pytest.fixture(scope="module")
+def nospec_tokens(nospec8):
+    @functools.cache
+    def tokens(ids: tuple, max_new: int, ignore_eos: bool = False) -> list[int]:
+        return nospec8.generate(list(ids), max_new, ignore_eos=ignore_eos)["output_ids"]
+
+    return tokens
+
+
+@pytest.fixture(
+    scope="module",
+    params=[("overlap", 4), ("overlap", 16), ("plain", 4), ("plain", 16)],
+    ids=lambda p: f"{p[0]}-b{p[1]}",
+)
+def server(request, pair8):
+    mode, block = request.param
+    env = OVERLAP if mode == "overlap" else PLAIN
+    with SGLangServer(pair8.target, dflash_args(pair8, block), env=env) as s:
+        yield mode, s
+
+
+def test_startup_log_names_the_worker(server):
+    mode, s = server
+    log = s.log_path.read_text()
+    if mode == "overlap":
+        assert "served by dflash_sglang.worker.DFlashOverlapWorker (overlap schedule" in log
+        assert "host-sync check on" in log
+    else:
+        assert "served by dflash_sglang.worker.DFlashWorker (synchronous schedule" in log
+
+
+def abort(server, rid: str) -> None:
+    body = json.dumps({"rid": rid}).encode()
+    request = urllib.request.Request(
+        f"{server.base_url}/abort_request", body, {"Content-Type": "application/json"}
+    )
+    assert DIRECT.open(request, timeout=30).status == 200
+
+
+def test_staggered_mixed_length_requests_with_aborts_equal_nospec(server, prompt_ids, nospec_tokens):
+    _, s = server
+    finished, aborted = {}, {}
+
+    def finite(i: int):
+        time.sleep(0.2 * i)  # join while others decode, finish at different steps
+        finished[i] = s.generate(prompt_ids[i], MAX_TOKENS[i])
+
+    def endless(i: int):
+        params = {"temperature": 0, "max_new_tokens": 2000, "ignore_eos": True}
+        body = {"input_ids": prompt_ids[i], "rid": f"abort-{i}", "sampling_params": params}
+        aborted[i] = s.post("/generate", body)
+
+    longs = [threading.Thread(target=endless, args=(i,)) for i in (10, 11)]
+    for thread in longs:
+        thread.start()
+    with ThreadPoolExecutor(len(MAX_TOKENS)) as pool:
+        waits = [pool.submit(finite, i) for i in range(len(MAX_TOKENS))]
+        time.sleep(1.0)
+        abort(s, "abort-10")  # while the staggered requests join and finish
+        for wait in waits:
+            wait.result()
+    abort(s, "abort-11")
+    for thread in longs:
+        thread.join(120)
+
+    for i, out in finished.items():
+        assert out["output_ids"] == nospec_tokens(tuple(prompt_ids[i]), MAX_TOKENS[i]), f"request {i}"
+    for i, out in aborted.items():
+        assert out["meta_info"]["finish_reason"]["type"] == "abort"
+        partial = out["output_ids"]
+        assert 0 < len(partial) < 2000
+        assert partial == nospec_tokens(tuple(prompt_ids[i]), len(partial), ignore_eos=True)
+
+
+PLANTED_PLUGIN = '''
+"""A second SGLang plugin that plants a host sync in the DFlash step: it reads the accept
+lengths on the host right after acceptance."""
+import dflash_sglang.worker as worker
+
+_accept = worker.greedy_accept
+
+
+def accept_then_read_on_host(drafts, target_tokens):
+    accepted = _accept(drafts, target_tokens)
+    accepted.lengths.tolist()  # the planted sync
+    return accepted
+
+
+def register():
+    worker.greedy_accept = accept_then_read_on_host
+'''
+
+
+def write_planted_plugin(root) -> str:
+    """An installed-looking distribution on PYTHONPATH: SGLang's loader finds its entry point."""
+    (root / "plant_host_sync.py").write_text(PLANTED_PLUGIN)
+    dist = root / "plant_host_sync-0.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: plant-host-sync\nVersion: 0.0\n")
+    entry_point = "[sglang.srt.plugins]\nplant_host_sync = plant_host_sync:register\n"
+    (dist / "entry_points.txt").write_text(entry_point)
+    return str(root)
+
+
+def test_the_host_sync_check_catches_a_planted_sync(pair8, tmp_path):
+    env = {**OVERLAP, "PYTHONPATH": write_planted_plugin(tmp_path)}
+    server = SGLangServer(pair8.target, dflash_args(pair8, 4), env=env)
+    try:
+        with pytest.raises(ServerError):
+            server.start()  # SGLang's warm-up request runs DFlash steps: the first one fails
+    finally:
+        server.stop()
+    log = server.log_path.read_text()
+    assert "plant_host_sync" in log  # loaded by SGLang's plugin loader
+    assert "HostSyncError: tolist() on device data inside a DFlash step" in log
+    assert "accepted.lengths.tolist()  # the planted sync" in log  # the traceback points at it
