@@ -1,6 +1,7 @@
 """SGLang plugin entry point (group `sglang.srt.plugins`), loaded by SGLang in every process.
 
 Through SGLang's HookRegistry it
+- accepts the seed cards' option names for SGLang's own options (cli_aliases.py),
 - makes `--speculative-algorithm DFLASH` build this package's worker,
 - resolves `architectures: ["DFlashDraftModel"]` to this package's draft model,
 - installs the torch stand-ins for GPU-only kernels; each one acts only on CPU tensors and
@@ -49,9 +50,11 @@ def register() -> None:
         return
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
+    from . import cli_aliases
     from .cpu import install as install_cpu_stand_ins
 
     install_cpu_stand_ins()
+    HookRegistry.register(cli_aliases.TARGET, cli_aliases.add_seed_card_aliases, HookType.AFTER)
     if worker_choice() == "builtin":
         return
     HookRegistry.register(

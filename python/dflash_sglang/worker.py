@@ -26,7 +26,6 @@ import logging
 from typing import NamedTuple
 
 import torch
-from sglang.srt.configs.hybrid_arch import mambaish_config
 from sglang.srt.managers.utils import GenerationBatchResult
 from sglang.srt.model_executor.forward_batch_info import (
     CaptureHiddenMode,
@@ -48,6 +47,7 @@ from sglang.srt.utils import async_h2d
 from . import host_sync
 from .accept import Acceptance, greedy_accept, rejection_accept
 from .config import DFlashConfigError
+from .hybrid import RecurrentStateCommit
 from .sampling import target_distribution, vocab_parallel_argmax
 from .spec_info import DFlashDraftState
 from .streams import DrafterStream
@@ -73,13 +73,6 @@ class DFlashWorker(BaseSpecWorker):
         self._target_worker = target_worker
         self.model_runner = target_worker.model_runner
         self.device = target_worker.device
-        if mambaish_config(self.model_runner.model_config) is not None:
-            # Committing linear-attention state after verify is not written yet; serving such a
-            # target here would silently diverge from its own output.
-            raise NotImplementedError(
-                "dflash_sglang does not serve hybrid (linear-attention) targets yet; "
-                "run them with DFLASH_SGLANG_WORKER=builtin"
-            )
         bundle = build_draft_tp_worker(
             server_args=server_args,
             gpu_id=gpu_id,
@@ -148,6 +141,8 @@ class DFlashWorker(BaseSpecWorker):
 
     def init_attention_backends(self):
         self._draft_worker.init_attention_backends()
+        # After the target's backends exist: hybrid targets commit their recurrent state.
+        self.commit_recurrent_state = RecurrentStateCommit(self.model_runner)
 
     def init_cuda_graphs(self):
         # The draft runs eager for now (no decode graph); the target's verify graphs are SGLang's.
@@ -309,6 +304,7 @@ class DFlashWorker(BaseSpecWorker):
     def commit(self, batch, block: Block, target_out, accepted: Acceptance, on_publish):
         lengths = accepted.lengths.to(torch.int32)
         new_seq_lens = batch.seq_lens + lengths.to(batch.seq_lens.dtype)
+        self.commit_recurrent_state(batch, batch.seq_lens, new_seq_lens, lengths)
         if on_publish is not None:
             on_publish(new_seq_lens)  # the scheduler may plan the next step from here on
         bonus = accepted.tokens.gather(1, (accepted.lengths - 1).unsqueeze(1)).squeeze(1)

@@ -1,0 +1,35 @@
+"""Which verify step's recurrent state lands in the radix track slot: the state at the last track
+boundary the committed tokens reach, found from the post-verify length."""
+
+from __future__ import annotations
+
+import random
+
+import torch
+
+from dflash_sglang.hybrid import NO_TRACK, track_steps
+
+
+def tracked_step_by_enumeration(pre: int, accepted: int, grid: int) -> int:
+    """Step i holds the state of length pre + i + 1; keep the last accepted one on a boundary."""
+    on_boundary = [i for i in range(accepted) if (pre + i + 1) % grid == 0]
+    return on_boundary[-1] if on_boundary else NO_TRACK
+
+
+def test_worked_example_from_docs_hybrid():
+    pre = torch.tensor([6, 6, 7, 4, 2])
+    accepted = torch.tensor([4, 1, 1, 3, 9])
+    steps = track_steps(pre, pre + accepted, accepted, grid=4)
+    # 6+4=10 crosses 8 at step 1; 6+1 crosses nothing; 7+1=8 is a boundary at step 0;
+    # 4+3=7 stays in [4, 8); 2+9=11 crosses 4 and 8, the last (8) at step 5.
+    assert steps.tolist() == [1, NO_TRACK, 0, NO_TRACK, 5]
+
+
+def test_matches_enumeration_on_random_steps():
+    rng = random.Random(0)
+    for grid in (1, 2, 4, 8, 64):
+        cases = [(rng.randrange(0, 300), rng.randrange(1, 17)) for _ in range(300)]
+        pre = torch.tensor([p for p, _ in cases])
+        accepted = torch.tensor([a for _, a in cases])
+        got = track_steps(pre, pre + accepted, accepted, grid).tolist()
+        assert got == [tracked_step_by_enumeration(p, a, grid) for p, a in cases]
