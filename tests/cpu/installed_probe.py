@@ -1,16 +1,22 @@
 """Run by test_installed.py in a fresh interpreter: load the plugin the way SGLang does and report
-what the hooks changed, as JSON on the last stdout line. argv: TARGET_DIR DRAFT_DIR."""
+what the hooks changed, as JSON on the last stdout line.
+argv: TARGET_DIR DRAFT_DIR HYBRID_TARGET_DIR."""
 
 import json
 import sys
 
 import torch
 
-TARGET, DRAFT = sys.argv[1:3]
+TARGET, DRAFT, HYBRID_TARGET = sys.argv[1:4]
 ARGV = [
     "--model-path", TARGET, "--device", "cpu", "--dtype", "float32",
     "--attention-backend", "torch_native", "--max-total-tokens", "4096",
     "--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", DRAFT,
+]  # fmt: skip
+EXTRA_BUFFER_ARGV = [
+    "--model-path", HYBRID_TARGET, "--device", "cpu", "--dtype", "float32",
+    "--attention-backend", "torch_native", "--max-total-tokens", "4096",
+    "--mamba-radix-cache-strategy", "extra_buffer", "--max-mamba-cache-size", "8",
 ]  # fmt: skip
 
 
@@ -33,8 +39,21 @@ def resolve():
     }
 
 
+def resolve_extra_buffer():
+    """The mamba radix-cache strategy a cpu server of the hybrid target gets for extra_buffer."""
+    from sglang.srt.arg_groups.overrides import resolved_view
+    from sglang.srt.server_args import prepare_server_args
+
+    server_args = prepare_server_args(EXTRA_BUFFER_ARGV)
+    try:
+        server_args.resolve_once()
+    except (AssertionError, ValueError) as error:
+        return {"error": str(error)}
+    return {"strategy": resolved_view(server_args).mamba_radix_cache_strategy}
+
+
 def main():
-    report = {"before": resolve()}
+    report = {"before": resolve(), "extra_buffer_before": resolve_extra_buffer()}
 
     from sglang.srt.plugins import load_plugins
     from sglang.srt.plugins.hook_registry import HookRegistry
@@ -42,6 +61,7 @@ def main():
     load_plugins()
     report["patched"] = sorted(HookRegistry._patched)
     report["after"] = resolve()
+    report["extra_buffer_after"] = resolve_extra_buffer()
 
     from sglang.srt.layers.rotary_embedding import get_rope
     from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool

@@ -36,6 +36,82 @@ SIGNATURES = {
         "(self, forward_batch: 'ForwardBatch', pp_proxy_tensors) -> 'dict'",
     "sglang.srt.layers.attention.torch_native_backend.TorchNativeAttnBackend.forward_extend":
         "(self, q, k, v, layer: 'RadixAttention', forward_batch: 'ForwardBatch', save_kv_cache=True)",
+    # Hybrid (Gated DeltaNet) targets.
+    "sglang.srt.arg_groups.mamba_hook.validate_mamba_extra_buffer":
+        "(view, hf_config: 'Any', *, mamba_cache_chunk_size_of)",
+    "sglang.srt.arg_groups.mamba_hook._platform_supports_mamba_cache_extra_buffer":
+        "() -> 'bool'",
+    "sglang.kernels.ops.attention.triton_gdn_fused_proj.fused_qkvzba_split_reshape_cat_contiguous":
+        "(mixed_qkvz, mixed_ba, num_heads_qk, num_heads_v, head_qk, head_v)",
+    "sglang.kernels.ops.mamba.causal_conv1d_triton.causal_conv1d_fn":
+        "(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], "
+        "conv_states: torch.Tensor, query_start_loc: torch.Tensor, seq_lens_cpu: List[int], "
+        "cache_indices: Optional[torch.Tensor] = None, has_initial_state: Optional[torch.Tensor] = None, "
+        "activation: Optional[str] = 'silu', pad_slot_id: int = -1, validate_data=False, "
+        "block_table: Optional[torch.Tensor] = None, **kwargs)",
+    "sglang.kernels.ops.attention.linear.fused_gdn_gating.fused_gdn_gating":
+        "(A_log: torch.Tensor, a: torch.Tensor, b: torch.Tensor, dt_bias: torch.Tensor, "
+        "beta: float = 1.0, threshold: float = 20.0) -> Tuple[torch.Tensor, torch.Tensor]",
+    "sglang.kernels.ops.attention.fla.chunk.chunk_gated_delta_rule":
+        "(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, "
+        "scale: float = None, initial_state: torch.Tensor = None, "
+        "initial_state_indices: torch.Tensor = None, cu_seqlens: Optional[torch.LongTensor] = None, "
+        "head_first: bool = False, use_qk_l2norm_in_kernel: bool = False, inplace_update: bool = True)",
+    "sglang.kernels.ops.attention.fla.layernorm_gated.RMSNorm.forward":
+        "(self, x, z=None)",
+    "sglang.kernels.ops.elementwise.elementwise.fused_sigmoid_mul":
+        "(attn_output: torch.Tensor, gate: torch.Tensor, inplace: bool = False, "
+        "quant: bool = False) -> torch.Tensor",
+    "sglang.kernels.ops.mamba.mamba_state_scatter_triton.track_mamba_states_if_needed":
+        "(conv_states: torch.Tensor, ssm_states: torch.Tensor, cache_indices: torch.Tensor, "
+        "mamba_track_mask: torch.Tensor, mamba_track_indices: torch.Tensor, batch_size: int, "
+        "check_freed_slots: bool = False)",
+    "sglang.kernels.ops.mamba.mamba_state_scatter_triton.track_mamba_states_all_layers":
+        "(conv_states_pool: torch.Tensor, ssm_states_pool: torch.Tensor, cache_indices: torch.Tensor, "
+        "mamba_track_mask: torch.Tensor, mamba_track_indices: torch.Tensor, batch_size: int, "
+        "check_freed_slots: bool = False)",
+    "torch.Tensor.pin_memory":
+        "pin_memory() -> Tensor",
+    "sglang.kernels.ops.mamba.causal_conv1d_triton.causal_conv1d_update":
+        "(x: torch.Tensor, conv_state: torch.Tensor, weight: torch.Tensor, "
+        "bias: Optional[torch.Tensor] = None, activation: Union[bool, str, NoneType] = None, "
+        "cache_seqlens: Optional[torch.Tensor] = None, "
+        "conv_state_indices: Optional[torch.Tensor] = None, "
+        "num_accept_tokens: Optional[torch.Tensor] = None, "
+        "intermediate_conv_window: Optional[torch.Tensor] = None, "
+        "intermediate_state_indices: Optional[torch.Tensor] = None, "
+        "retrieve_next_token: Optional[torch.Tensor] = None, "
+        "retrieve_next_sibling: Optional[torch.Tensor] = None, "
+        "retrieve_parent_token: Optional[torch.Tensor] = None, pad_slot_id: int = -1, metadata=None, "
+        "validate_data=False)",
+    "sglang.kernels.ops.attention.fla.fused_recurrent.fused_recurrent_gated_delta_rule_packed_decode":
+        "(mixed_qkv: torch.Tensor, a: torch.Tensor, b: torch.Tensor, A_log: torch.Tensor, "
+        "dt_bias: torch.Tensor, scale: float, initial_state: torch.Tensor, out: torch.Tensor, "
+        "ssm_state_indices: torch.Tensor, use_qk_l2norm_in_kernel: bool = False) -> tuple[torch.Tensor, "
+        "torch.Tensor]",
+    "sglang.kernels.ops.attention.linear.fused_sigmoid_gating_recurrent.fused_sigmoid_gating_delta_rule_update":
+        "(A_log: torch.Tensor, a: torch.Tensor, dt_bias: torch.Tensor, softplus_beta: float, "
+        "softplus_threshold: float, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, b: torch.Tensor, "
+        "initial_state_source: torch.Tensor, initial_state_indices: torch.Tensor, "
+        "scale: Optional[float] = None, use_qk_l2norm_in_kernel: bool = False, "
+        "cu_seqlens: Optional[torch.Tensor] = None, is_kda: bool = False, "
+        "lower_bound: Optional[float] = None, disable_state_update: bool = False, "
+        "intermediate_states_buffer: Optional[torch.Tensor] = None, "
+        "intermediate_state_indices: Optional[torch.Tensor] = None, cache_steps: Optional[int] = None, "
+        "retrieve_parent_token: Optional[torch.Tensor] = None, cache_ring: bool = False, "
+        "replayssm_rawv: Optional[torch.Tensor] = None, replayssm_rawk: Optional[torch.Tensor] = None, "
+        "replayssm_g: Optional[torch.Tensor] = None, replayssm_beta: Optional[torch.Tensor] = None, "
+        "match_cutedsl_decode: bool = False)",
+    "sglang.kernels.ops.mamba.mamba_state_scatter_triton.fused_mamba_state_scatter_with_mask":
+        "(dst: torch.Tensor, src: torch.Tensor, dst_indices_raw: torch.Tensor, "
+        "step_indices_raw: torch.Tensor, src_indices_raw: torch.Tensor | None = None)",
+    "sglang.kernels.ops.mamba.mamba_state_scatter_triton.fused_conv_window_scatter_with_mask":
+        "(dst: torch.Tensor, src: torch.Tensor, dst_indices_raw: torch.Tensor, "
+        "step_indices_raw: torch.Tensor, src_indices_raw: torch.Tensor | None = None)",
+    "sglang.kernels.ops.mamba.mamba_state_scatter_triton.fused_conv_window_scatter_multi":
+        "(pairs, dst_indices_raw: torch.Tensor, step_indices_raw: torch.Tensor, "
+        "dst_indices2_raw: torch.Tensor | None = None, "
+        "step_indices2_raw: torch.Tensor | None = None) -> None",
 }  # fmt: skip
 
 # Attributes the stand-ins read or set besides their targets.
@@ -48,6 +124,10 @@ RELIED_ON = [
     ("sglang.srt.runtime_context", ["attention_backends", "get_device", "get_spec"]),
     ("sglang.srt.layers.radix_attention.AttentionType", ["ENCODER_ONLY", "DECODER"]),
     ("sglang.srt.model_executor.forward_batch_info.ForwardMode", ["TARGET_VERIFY", "is_target_verify"]),
+    ("sglang.kernels.ops.attention.triton_gdn_fused_proj", ["qwen3_5_gdn_prefill_projection_views"]),
+    ("sglang.kernels.ops.attention.fla.chunk", ["CHUNK_SIZE"]),
+    ("sglang.kernels.ops.mamba.causal_conv1d_triton", ["PAD_SLOT_ID"]),
+    ("torch.accelerator", ["is_available"]),
 ]  # fmt: skip
 
 
@@ -82,7 +162,7 @@ def test_hook_parameters_bind_like_the_target(hook):
     try:
         target = list(inspect.signature(unwrapped(hook.target)).parameters)
     except ValueError:
-        target = ["self", "stream"]  # Tensor.record_stream
+        target = ["self", "stream"]  # Tensor.record_stream, Tensor.pin_memory (self, device)
     assert len(named) <= len(target)
     for ours, theirs in zip(named, target):  # noqa: B905 (hooks may take the tail as *args)
         assert theirs == "self" or ours == theirs

@@ -13,15 +13,17 @@ import pytest
 from dflash_sglang.cpu.hooks import HOOKS
 from dflash_sglang.cpu.policy import SOURCE
 from dflash_sglang.testing.tiny import write_tiny_pair
+from dflash_sglang.testing.tiny_hybrid import write_tiny_hybrid_pair
 
 
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
     pair = write_tiny_pair(tmp_path_factory.mktemp("pair"), block_size=8)
+    hybrid = write_tiny_hybrid_pair(tmp_path_factory.mktemp("hybrid"), block_size=8)
     env = {**os.environ, "DFLASH_SGLANG_WORKER": "builtin", "HF_HUB_OFFLINE": "1"}
     probe = Path(__file__).with_name("installed_probe.py")
     done = subprocess.run(
-        [sys.executable, str(probe), str(pair.target), str(pair.draft)],
+        [sys.executable, str(probe), str(pair.target), str(pair.draft), str(hybrid.target)],
         capture_output=True, text=True, env=env, timeout=600,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-4000:]
@@ -51,3 +53,8 @@ def test_hooked_calls_work_on_cpu(report):
     assert report["record_stream_cpu"] == "ok"
     assert report["propagated"] == dict.fromkeys(report["propagated"], True)
     assert len(report["propagated"]) == 3
+
+
+def test_extra_buffer_mamba_cache_resolves_on_cpu_only_with_the_plugin(report):
+    assert "platform support" in report["extra_buffer_before"]["error"]
+    assert report["extra_buffer_after"] == {"strategy": "extra_buffer"}

@@ -5,7 +5,20 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from . import attention, embeds, kv_pool, policy, req_to_token, rotary, streams
+from . import (
+    attention,
+    conv,
+    embeds,
+    gdn,
+    kv_pool,
+    mamba_policy,
+    mamba_state,
+    policy,
+    qwen3_5_elementwise,
+    req_to_token,
+    rotary,
+    streams,
+)
 
 
 @dataclass(frozen=True)
@@ -25,4 +38,22 @@ HOOKS: tuple[Hook, ...] = (
     Hook(streams.TARGET, streams.record_stream_on_cpu),
     Hook(embeds.TARGET, embeds.extend_kwargs_in_model_dtype),
     Hook(attention.TARGET, attention.forward_extend_with_target_verify),
+    # Hybrid (Gated DeltaNet) targets: startup, prefill, decode, then verify and commit.
+    Hook(mamba_policy.VALIDATE_TARGET, mamba_policy.validate_extra_buffer_on_cpu),
+    Hook(mamba_policy.PLATFORM_TARGET, mamba_policy.platform_supports_extra_buffer_on_cpu),
+    Hook(qwen3_5_elementwise.SPLIT_TARGET, qwen3_5_elementwise.split_qkvzba_on_cpu),
+    Hook(conv.FN_TARGET, conv.causal_conv1d_fn_on_cpu),
+    Hook(gdn.GATING_TARGET, gdn.fused_gdn_gating_on_cpu),
+    Hook(gdn.CHUNK_TARGET, gdn.chunk_gated_delta_rule_on_cpu),
+    Hook(qwen3_5_elementwise.GATED_NORM_TARGET, qwen3_5_elementwise.gated_rms_norm_forward_on_cpu),
+    Hook(qwen3_5_elementwise.SIGMOID_MUL_TARGET, qwen3_5_elementwise.sigmoid_mul_on_cpu),
+    Hook(mamba_state.TRACK_TARGET, mamba_state.track_on_cpu),
+    Hook(mamba_state.TRACK_ALL_LAYERS_TARGET, mamba_state.track_all_layers_on_cpu),
+    Hook(mamba_policy.PIN_MEMORY_TARGET, mamba_policy.pin_memory_without_accelerator),
+    Hook(conv.UPDATE_TARGET, conv.causal_conv1d_update_on_cpu),
+    Hook(gdn.PACKED_DECODE_TARGET, gdn.packed_decode_on_cpu),
+    Hook(gdn.RECURRENT_TARGET, gdn.sigmoid_gating_delta_rule_update_on_cpu),
+    Hook(mamba_state.SCATTER_TARGET, mamba_state.scatter_with_mask_on_cpu),
+    Hook(mamba_state.CONV_SCATTER_TARGET, mamba_state.scatter_with_mask_on_cpu),
+    Hook(mamba_state.CONV_SCATTER_MULTI_TARGET, mamba_state.conv_scatter_multi_on_cpu),
 )

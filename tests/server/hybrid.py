@@ -1,0 +1,56 @@
+"""Shared pieces of the hybrid-target server tests: the tiny Qwen3.5-style pair, the server flags a
+hybrid target needs on CPU, the prompts, and transformers' greedy decoding as the reference."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM
+
+from dflash_sglang.testing.tiny_hybrid import HybridShape, write_tiny_hybrid_pair
+
+BLOCK = 8
+MAX_NEW = 40
+# 1-130 tokens: inside, at and across the 64-token chunks of the prefill and of the state tracking.
+PROMPT_LENGTHS = [1, 5, 9, 31, 70, 130]
+TRACK_INTERVAL = 64  # extra_buffer snapshots the state every 64 tokens, so short requests cross it
+
+# Exact float32 comparisons need the conv state in float32 (SGLang keeps it in bfloat16 otherwise).
+HYBRID_ENV = {"SGLANG_MAMBA_CONV_DTYPE": "float32"}
+# A small state pool: the default sizes it from the machine's memory (gigabytes for a tiny model).
+HYBRID_ARGS = ["--max-mamba-cache-size", "32"]
+NO_BUFFER = ["--mamba-radix-cache-strategy", "no_buffer", "--disable-overlap-schedule"]
+EXTRA_BUFFER = ["--mamba-radix-cache-strategy", "extra_buffer", "--mamba-track-interval", TRACK_INTERVAL]
+
+
+def make_hybrid_pair(root: Path):
+    return write_tiny_hybrid_pair(root, seed=0, block_size=BLOCK, shape=HybridShape(hot_tokens=3))
+
+
+def prompts() -> list[list[int]]:
+    # Token ids 10..299: clear of the special tokens (0-3) and inside the 384-token vocabulary.
+    return [[10 + (7 * i + 13 * n) % 290 for i in range(n)] for n in PROMPT_LENGTHS]
+
+
+@functools.lru_cache(maxsize=2)
+def load_target(path: Path):
+    return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+
+
+@torch.no_grad()
+def greedy(target_path: Path, input_ids: list[int], max_new_tokens: int) -> list[int]:
+    """transformers' own decoding, prefill then one token at a time through its hybrid cache."""
+    model = load_target(target_path)
+    out = model(torch.tensor([input_ids]), use_cache=True)
+    cache, tokens = out.past_key_values, []
+    for _ in range(max_new_tokens):
+        tokens.append(int(out.logits[0, -1].argmax()))
+        out = model(torch.tensor([tokens[-1:]]), past_key_values=cache, use_cache=True)
+    return tokens
+
+
+def generate(server, input_ids, max_new_tokens: int = MAX_NEW) -> dict:
+    """Greedy, ignoring EOS, so every request runs its full length like the reference."""
+    return server.generate(input_ids, max_new_tokens, ignore_eos=True)
