@@ -1,5 +1,4 @@
-"""SGLang's built-in DFLASH worker (DFLASH_SGLANG_WORKER=builtin; our worker refuses hybrid targets
-for now) on the tiny Qwen3.5-style hybrid pair on `--device cpu`, against transformers' greedy
+"""SGLang's built-in DFLASH worker (DFLASH_SGLANG_WORKER=builtin; ours: test_hybrid_worker.py) on the tiny Qwen3.5-style hybrid pair on `--device cpu`, against transformers' greedy
 decoding of the target alone. This runs the GPU-only calls DFLASH makes on hybrid targets through
 the CPU layer: the conv over the verify block saving every step's window, the recurrence keeping
 every step's state without touching the live one, and the commit that scatters the accepted

@@ -1,0 +1,72 @@
+"""Our workers on the tiny Qwen3.5-style hybrid target (linear attention + full attention) on
+`--device cpu`, float32, against transformers' greedy decoding of the target alone:
+
+- overlap worker, `extra_buffer` (through the seed cards' `--mamba-scheduler-strategy`), radix
+  cache on, track interval 64 so the tracked boundaries fall inside accepted spans, block 8;
+- plain worker, `no_buffer`, radix cache on, block 4;
+- overlap worker, `extra_buffer`, radix cache off, block 16, on a target with one hot token (the
+  longest accepted runs).
+
+Each: prompts one at a time and concurrently equal the reference; requests that extend a finished
+one (prompt + its output) reuse the cached recurrent state (where the radix cache is on) and still
+equal a fresh decode.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from dflash_sglang.testing.server import SGLangServer
+from dflash_sglang.testing.tiny_hybrid import HybridShape, write_tiny_hybrid_pair
+
+from .hybrid import HYBRID_ARGS, HYBRID_ENV, MAX_NEW, TRACK_INTERVAL, generate, greedy, prompts
+
+OVERLAP = {"SGLANG_ENABLE_SPEC_V2": "1", "DFLASH_SGLANG_CHECK_HOST_SYNC": "1"}
+PLAIN = {"SGLANG_ENABLE_SPEC_V2": "", "SGLANG_ENABLE_DFLASH_SPEC_V2": ""}
+EXTRA_BUFFER = ["--mamba-scheduler-strategy", "extra_buffer", "--mamba-track-interval", TRACK_INTERVAL]
+NO_BUFFER = ["--mamba-scheduler-strategy", "no_buffer", "--disable-overlap-schedule"]
+
+CASES = {
+    "overlap-extra_buffer-radix-b8": (OVERLAP, EXTRA_BUFFER, 8, 3),
+    "plain-no_buffer-radix-b4": (PLAIN, NO_BUFFER, 4, 3),
+    "overlap-extra_buffer-noradix-b16": (OVERLAP, [*EXTRA_BUFFER, "--disable-radix-cache"], 16, 1),
+}
+
+
+@pytest.fixture(scope="module", params=list(CASES))
+def case(request, tmp_path_factory):
+    env, flags, block, hot = CASES[request.param]
+    root = tmp_path_factory.mktemp(f"hybrid-{request.param}")
+    pair = write_tiny_hybrid_pair(root, seed=0, block_size=block, shape=HybridShape(hot_tokens=hot))
+    dflash = ["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", pair.draft,
+              "--speculative-num-draft-tokens", block]  # fmt: skip
+    with SGLangServer(pair.target, [*HYBRID_ARGS, *flags, *dflash], env={**HYBRID_ENV, **env}) as server:
+        expected = [greedy(pair.target, ids, MAX_NEW) for ids in prompts()]
+        yield request.param, pair, server, expected
+
+
+def test_our_worker_serves_it(case):
+    name, _, server, _ = case
+    worker = "DFlashOverlapWorker" if name.startswith("overlap") else "DFlashWorker"
+    assert f"DFLASH served by dflash_sglang.worker.{worker}" in server.log_path.read_text()
+
+
+def test_one_at_a_time_and_concurrent_equal_the_target_alone(case):
+    name, _, server, expected = case
+    alone = [generate(server, ids) for ids in prompts()]
+    assert [out["output_ids"] for out in alone] == expected
+    assert max(out["meta_info"]["spec_accept_length"] for out in alone) > 1  # drafts were accepted
+    with ThreadPoolExecutor(len(expected)) as pool:
+        together = list(pool.map(lambda ids: generate(server, ids), prompts()))
+    assert [out["output_ids"] for out in together] == expected
+
+
+def test_extending_a_finished_request_reuses_its_state_exactly(case):
+    name, pair, server, expected = case
+    longer = [ids + out[:30] for ids, out in zip(prompts(), expected, strict=True)]
+    outputs = [generate(server, ids, 8) for ids in longer]
+    assert [out["output_ids"] for out in outputs] == [greedy(pair.target, ids, 8) for ids in longer]
+    if "noradix" not in name:
+        assert max(out["meta_info"]["cached_tokens"] for out in outputs) >= TRACK_INTERVAL
