@@ -1,9 +1,10 @@
-"""SGLang's built-in DFLASH worker (DFLASH_SGLANG_WORKER=builtin; ours: test_hybrid_worker.py) on the tiny Qwen3.5-style hybrid pair on `--device cpu`, against transformers' greedy
-decoding of the target alone. This runs the GPU-only calls DFLASH makes on hybrid targets through
-the CPU layer: the conv over the verify block saving every step's window, the recurrence keeping
-every step's state without touching the live one, and the commit that scatters the accepted
-step's state into the request's slot and, at a 64-token boundary, into its extra_buffer track slot
-(reused below by requests that extend a finished one).
+"""SGLang's built-in DFLASH worker (DFLASH_SGLANG_WORKER=builtin; ours: test_hybrid_worker.py) on
+the tiny Qwen3.5-style hybrid pair on `--device cpu`, against transformers' greedy decoding of the
+target alone. This runs the GPU-only calls DFLASH makes on hybrid targets through the CPU layer:
+the conv over the verify block saving every step's window, the recurrence keeping every step's
+state without touching the live one, and the commit that scatters the accepted step's state into
+the request's slot and, at a 64-token boundary, into its extra_buffer track slot (reused below by
+requests that extend a finished one).
 """
 
 from __future__ import annotations
