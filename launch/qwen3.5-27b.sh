@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Qwen3.5-27B with z-lab/Qwen3.5-27B-DFlash: the seed card's command, verbatim.
-# Hybrid target (Gated DeltaNet + attention). Not served by dflash_sglang yet: its worker refuses
-# hybrid targets at startup until the hybrid-targets issue lands, and SGLang 0.5.23 does not know
-# --mamba-scheduler-strategy (its name is --mamba-radix-cache-strategy) until that issue's alias.
+# Hybrid target (Gated DeltaNet + attention): dflash_sglang commits the recurrent state after
+# verify (docs/hybrid.md) and accepts --mamba-scheduler-strategy as SGLang 0.5.23's
+# --mamba-radix-cache-strategy. tests/server/test_seed_commands.py runs this command on CPU.
 set -euo pipefail
 # Optional: enable schedule overlapping (experimental, may not be stable)
 # export SGLANG_ENABLE_SPEC_V2=1
