@@ -91,6 +91,13 @@ class DFlashWorker(BaseSpecWorker):
                 f"dflash_config.target_layer_ids = {list(config.target_layer_ids)} but the target "
                 f"captures layers {list(captured)}"
             )
+        if get_spec().speculative_draft_window_size is not None:
+            # Bounding the draft context and its KV by a window is not built yet; ignoring the
+            # flag would silently spend the memory the operator meant to save.
+            raise DFlashConfigError(
+                "--speculative-draft-window-size (--speculative-dflash-draft-window-size) is not "
+                "supported by dflash_sglang yet; run without it or with DFLASH_SGLANG_WORKER=builtin"
+            )
         self.block_size = int(get_spec().speculative_num_draft_tokens or config.block_size)
         if self.block_size < 2:
             raise DFlashConfigError(f"--speculative-num-draft-tokens = {self.block_size}: need >= 2")
