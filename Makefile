@@ -20,8 +20,15 @@ lint:
 serve:
 	launch/tiny-cpu.sh
 
+# The model cards' chat completion against `make serve` (127.0.0.1:30000), then the same request
+# on a no-spec server of the same target that the demo starts and stops (docs/benchmarks.md).
+DEMO_MAX_TOKENS ?= 512
 demo:
-	@echo "make demo: not yet (lands with the embedded tiny pair issue)"
+	$(PY) -m dflash_sglang.demo --url http://127.0.0.1:30000 --max-tokens $(DEMO_MAX_TOKENS)
 
+# The tiny pair on CPU, one server at a time: no-spec, our worker with and without
+# SGLANG_ENABLE_SPEC_V2=1, SGLang's built-in; tables and plots in docs/bench/ and docs/benchmarks.md.
+PAIR ?= python/dflash_sglang/assets/tiny-pair
+BENCH_ARGS ?=
 bench:
-	@echo "make bench: not yet (lands with the benchmark issue)"
+	$(PY) -m dflash_sglang.bench.suite --pair $(PAIR) --out docs/bench --docs docs/benchmarks.md $(BENCH_ARGS)

@@ -1,0 +1,51 @@
+"""What the benchmark asks a server before timing it: its model name, its speculative settings,
+and a radix-cache flush (so a level never reuses the prompts' KV from the level before)."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+
+from .results import ServerRun
+
+# Loopback benchmarks must not go through a proxy from the environment.
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+class ServerUnreachable(RuntimeError):
+    pass
+
+
+def get_json(url: str, timeout: float = 30.0) -> dict:
+    with _DIRECT.open(url, timeout=timeout) as response:
+        return json.loads(response.read())
+
+
+def describe(url: str, label: str, model: str | None = None, notes: str = "") -> ServerRun:
+    """A ServerRun with no levels yet. Works on any OpenAI-compatible server; SGLang's
+    `/server_info` adds the speculative settings."""
+    url = url.rstrip("/")
+    try:
+        models = get_json(f"{url}/v1/models")["data"]
+    except (urllib.error.URLError, OSError, KeyError, ValueError) as error:
+        raise ServerUnreachable(f"no OpenAI-compatible server at {url} ({error})") from error
+    run = ServerRun(label=label, url=url, model=model or models[0]["id"], notes=notes)
+    try:
+        info = get_json(f"{url}/server_info")
+    except (urllib.error.URLError, OSError, ValueError):
+        return run  # not SGLang: no speculation settings to read
+    run.algorithm = info.get("speculative_algorithm")
+    if run.algorithm:
+        run.block_size = info.get("speculative_num_draft_tokens")
+        run.draft_model = info.get("speculative_draft_model_path")
+    return run
+
+
+def flush_cache(url: str) -> bool:
+    """SGLang's /flush_cache; False where the server has none (or refused, e.g. while busy)."""
+    try:
+        with _DIRECT.open(urllib.request.Request(f"{url}/flush_cache", method="POST"), timeout=60) as r:
+            return r.status == 200
+    except (urllib.error.URLError, OSError):
+        return False

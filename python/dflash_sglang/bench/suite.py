@@ -1,0 +1,131 @@
+"""`make bench`: the tiny pair on CPU, every way this project serves it, one server at a time.
+
+    python -m dflash_sglang.bench.suite --pair python/dflash_sglang/assets/tiny-pair --out docs/bench
+
+Servers, each started, benchmarked at every concurrency and stopped before the next: no
+speculation (the baseline), our worker with SGLANG_ENABLE_SPEC_V2=1 (the overlap worker), our
+worker without it, and SGLang's built-in DFLASH worker (DFLASH_SGLANG_WORKER=builtin). Writes
+`tiny-cpu.{md,json}` and PNGs into --out, and the same tables between the `make bench` markers of
+--docs (docs/benchmarks.md). A server that fails to start is reported as such; the others run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..config import DFlashConfig
+from ..testing.server import CPU_ARGS, ServerError, SGLangServer
+from ..testing.tiny import TinyShape, write_tiny_pair
+from . import report
+from .cli import concurrency_list
+from .client import Sampling
+from .prompts import load_prompts, take
+from .results import ServerRun
+from .runner import bench_servers, new_run, write_outputs
+from .server_info import describe
+from .tiny_prompts import EMBEDDED_PAIR
+from .tiny_prompts import describe as describe_tiny
+
+RANDOM_PAIR = Path(".tiny")  # a random-weight stand-in while no trained pair exists
+BEGIN, END = "<!-- make bench: begin -->", "<!-- make bench: end -->"
+
+
+@dataclass
+class Variant:
+    label: str
+    speculative: bool
+    env: dict = field(default_factory=dict)
+    notes: str = ""
+
+
+VARIANTS = [
+    Variant("no-spec", False, notes="plain decoding (the baseline)"),
+    Variant(
+        "dflash_sglang spec-v2", True, {"SGLANG_ENABLE_SPEC_V2": "1"}, "our worker, SGLANG_ENABLE_SPEC_V2=1"
+    ),
+    Variant("dflash_sglang", True, notes="our worker"),
+    Variant("sglang built-in", True, {"DFLASH_SGLANG_WORKER": "builtin"}, "DFLASH_SGLANG_WORKER=builtin"),
+]
+
+
+def resolve_pair(pair: Path) -> tuple[Path, str]:
+    """The pair to benchmark and a line saying which; falls back to the random pair."""
+    if (pair / "target" / "config.json").is_file() and (pair / "draft" / "config.json").is_file():
+        return pair, f"pair {pair}"
+    print(f"make bench: no trained tiny pair at {pair} (it lands with the embedded-pair issue);\n"
+          f"benchmarking the random-weight pair in {RANDOM_PAIR}/ instead: its acceptance is not a trained "
+          f"drafter's.", file=sys.stderr)  # fmt: skip
+    if not (RANDOM_PAIR / "draft" / "config.json").is_file():
+        write_tiny_pair(RANDOM_PAIR, seed=0, block_size=16, shape=TinyShape(hot_tokens=3))
+    return RANDOM_PAIR, f"random-weight pair {RANDOM_PAIR} (no trained pair at {pair})"
+
+
+def serve_and_bench(variant: Variant, pair: Path, prompts, sampling, concurrencies) -> ServerRun:
+    block = DFlashConfig.from_pretrained(pair / "draft").block_size
+    args = ["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", (pair / "draft").resolve(),
+            "--speculative-num-draft-tokens", block] if variant.speculative else []  # fmt: skip
+    server = SGLangServer((pair / "target").resolve(), args, env=variant.env, base_args=CPU_ARGS)
+    try:
+        with server:
+            run = describe(server.base_url, variant.label, notes=variant.notes)
+            return bench_servers([run], prompts, sampling, concurrencies)[0]
+    except ServerError as error:
+        print(f"make bench: {variant.label} did not start:\n{error}", file=sys.stderr)
+        first = str(error).splitlines()[0]
+        return ServerRun(
+            variant.label, server.base_url, str(pair / "target"), notes=f"did not start ({first})"
+        )
+
+
+def embed(docs: Path, markdown: str) -> bool:
+    """Replace the text between the markers in docs; False where the markers are missing."""
+    if not docs.is_file():
+        return False
+    text = docs.read_text()
+    pattern = re.compile(re.escape(BEGIN) + ".*?" + re.escape(END), re.DOTALL)
+    if not pattern.search(text):
+        return False
+    docs.write_text(pattern.sub(lambda _: f"{BEGIN}\n{markdown}\n{END}", text))
+    return True
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m dflash_sglang.bench.suite", description=__doc__.split("\n\n")[0]
+    )
+    p.add_argument("--pair", type=Path, default=EMBEDDED_PAIR)
+    p.add_argument("--out", type=Path, default=Path("docs/bench"))
+    p.add_argument("--docs", type=Path, default=Path("docs/benchmarks.md"))
+    p.add_argument("--concurrency", type=concurrency_list, default=[1, 4, 8])
+    p.add_argument("--num-prompts", type=int, default=16)
+    p.add_argument("--max-tokens", type=int, default=128)
+    p.add_argument("--only", default=None, help="comma-separated variant labels to run (default: all)")
+    args = p.parse_args(argv)
+
+    pair, pair_line = resolve_pair(args.pair)
+    prompts = take(load_prompts("tiny", pair_dir=pair), args.num_prompts)
+    sampling = Sampling(args.max_tokens)
+    variants = [v for v in VARIANTS if not args.only or v.label in args.only.split(",")]
+    run = new_run(
+        f"tiny: {describe_tiny(pair)}; {pair_line}", len(prompts), sampling, args.concurrency, "no-spec"
+    )
+    for variant in variants:
+        run.servers.append(serve_and_bench(variant, pair, prompts, sampling, args.concurrency))
+    written = write_outputs(run, args.out, "tiny-cpu")
+    images = [
+        os.path.relpath(path, args.docs.parent) for key, path in written.items() if key.endswith(".png")
+    ]
+    if embed(args.docs, report.markdown(run, images)):
+        print(f"updated the make bench section of {args.docs}")
+    print(report.throughput_table(run))
+    print("\nwrote", ", ".join(str(path) for path in written.values()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

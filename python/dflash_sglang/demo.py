@@ -1,0 +1,130 @@
+"""`make demo`: the model cards' chat completion against a running DFLASH server, then the same
+request without speculation, side by side.
+
+    make serve &      # DFLASH on 127.0.0.1:30000 (launch/tiny-cpu.sh)
+    make demo         # python -m dflash_sglang.demo --max-tokens 512
+
+The request is the cards' OpenAI client call ("Write a quicksort in Python.", temperature 0.0);
+only max_tokens is a flag, since the cards' 4096 does not fit the tiny pair's 4096-token context.
+Without --baseline-url the demo starts its own no-spec server of the same target: the DFLASH
+server's own launch command (from /server_info) without its --speculative-* flags, on a free port
+from 30001, and stops it afterwards. At temperature 0 both replies must be the same text.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+import time
+from pathlib import Path
+
+from openai import OpenAI
+
+from .bench.server_info import ServerUnreachable, describe, get_json
+from .bench.stats import from_histogram
+from .testing.server import SGLangServer
+
+MESSAGES = [{"role": "user", "content": "Write a quicksort in Python."}]  # the model cards' request
+NO_SPEC_PORTS = range(30001, 30100)
+_OWN_FLAGS = {"--model-path", "--host", "--port"}  # SGLangServer sets these itself
+
+
+def plain_args(launch_command: str) -> list[str]:
+    """A server's launch arguments without speculation and without model path, host and port."""
+    kept, skipping = [], False
+    for token in shlex.split(launch_command):
+        if token.startswith("--"):
+            name = token.split("=", 1)[0]
+            skipping = name.startswith("--speculative-") or name in _OWN_FLAGS
+            if skipping and "=" in token:
+                skipping = False  # --flag=value: nothing follows
+                continue
+        if not skipping:
+            kept.append(token)
+    return kept
+
+
+def ask(url: str, model: str, max_tokens: int) -> dict:
+    client = OpenAI(base_url=f"{url}/v1", api_key="EMPTY")
+    # Warm-up, not timed: a fresh server's first request pays one-off costs.
+    client.chat.completions.create(model=model, messages=MESSAGES, max_tokens=8, temperature=0.0)
+    start = time.perf_counter()
+    response = client.chat.completions.create(
+        model=model,
+        messages=MESSAGES,
+        max_tokens=max_tokens,
+        temperature=0.0,
+        extra_body={"return_spec_tokens_details": True},  # SGLang's acceptance counters (sglext)
+    )
+    seconds = time.perf_counter() - start
+    tokens = response.usage.completion_tokens
+    details = ((response.model_extra or {}).get("sglext") or {}).get("spec_tokens_details") or {}
+    return {
+        "text": response.choices[0].message.content,
+        "tokens": tokens,
+        "seconds": seconds,
+        "tokens_per_s": tokens / seconds,
+        "acceptance": from_histogram(details.get("spec_correct_drafts_histogram") or [], None),
+    }
+
+
+def show(title: str, result: dict, print_text: bool = True) -> None:
+    print(f"=== {title}")
+    if print_text:
+        print(result["text"])
+        print("---")
+    acc = result["acceptance"]
+    accept = "no speculation"
+    if acc.verify_steps:
+        accept = (
+            f"acceptance length {acc.accept_length:.2f} (tokens per verify step, {acc.verify_steps} steps)"
+        )
+    speed = f"{result['tokens']} tokens in {result['seconds']:.2f} s: {result['tokens_per_s']:.1f} tokens/s"
+    print(f"{speed}; {accept}")
+
+
+def no_spec_server(url: str) -> SGLangServer:
+    info = get_json(f"{url}/server_info")
+    if not info.get("launch_command"):
+        raise ServerUnreachable(
+            f"{url}/server_info has no launch_command; start a no-spec server and pass --baseline-url"
+        )
+    # A relative model path is relative to where `make serve` ran: here, and not the server's cwd.
+    model = Path(info["model_path"])
+    model = model.resolve() if model.exists() else info["model_path"]
+    return SGLangServer(model, plain_args(info["launch_command"]), base_args=(), port_range=NO_SPEC_PORTS)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m dflash_sglang.demo", description=__doc__.split("\n\n")[0])
+    p.add_argument("--url", default="http://127.0.0.1:30000", help="the running DFLASH server")
+    p.add_argument("--baseline-url", default=None, help="a running no-spec server of the same target")
+    p.add_argument("--no-baseline", action="store_true", help="only the DFLASH server")
+    p.add_argument("--max-tokens", type=int, default=4096, help="the cards use 4096")
+    args = p.parse_args(argv)
+    try:
+        server = describe(args.url, "dflash")
+    except ServerUnreachable as error:
+        print(f"dflash_sglang.demo: {error}\nStart one first: make serve", file=sys.stderr)
+        return 2
+    if not server.algorithm:
+        print(f"note: {args.url} runs without speculation (speculative_algorithm is unset)")
+    spec = ask(server.url, server.model, args.max_tokens)
+    show(f"{server.model} at {server.url}, {server.algorithm} block {server.block_size}", spec)
+    if args.no_baseline:
+        return 0
+    if args.baseline_url:
+        plain = ask(args.baseline_url.rstrip("/"), server.model, args.max_tokens)
+    else:
+        print(f"\nstarting a no-spec server of {server.model} for the comparison ...", flush=True)
+        with no_spec_server(server.url) as baseline:
+            plain = ask(baseline.base_url, server.model, args.max_tokens)
+    show("same request without speculation", plain, print_text=plain["text"] != spec["text"])
+    same = "the same text" if plain["text"] == spec["text"] else "DIFFERENT text"
+    print(f"\nDFLASH: {spec['tokens_per_s'] / plain['tokens_per_s']:.2f}x the no-spec tokens/s, {same}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

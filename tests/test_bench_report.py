@@ -1,0 +1,100 @@
+"""The bench client's outputs: markdown tables, the JSON round trip, the comparison with an
+earlier run, and the PNG plots."""
+
+import json
+
+import matplotlib.image
+import pytest
+
+from dflash_sglang.bench import report, results
+from dflash_sglang.bench.results import BenchRun, RequestResult, ServerRun
+from dflash_sglang.bench.runner import write_outputs
+from dflash_sglang.bench.stats import summarize
+
+
+def level(concurrency, duration, histogram=()):
+    done = [RequestResult(12, 41, 0.2, 2.2, None, sum(histogram), list(histogram))] * 4
+    return summarize(done, concurrency, duration, block_size=4 if histogram else None)
+
+
+@pytest.fixture
+def run():
+    baseline = ServerRun("no-spec", "http://127.0.0.1:1", "tiny", levels=[level(1, 8.0), level(4, 2.0)])
+    dflash = ServerRun(
+        "dflash", "http://127.0.0.1:2", "tiny", "DFLASH", 4, "tiny-draft", "our worker",
+        levels=[level(1, 4.0, [10, 5, 3, 2]), level(4, 1.6, [10, 5, 3, 2])],
+    )  # fmt: skip
+    return BenchRun(
+        "tiny", 4, 41, 0.0, [1, 4], "no-spec", "2026-01-01", "x86_64", cpus=2, servers=[dflash, baseline]
+    )
+
+
+def test_throughput_table_rows(run):
+    lines = report.throughput_table(run).splitlines()
+    assert lines[0].startswith("| server | concurrency | output tok/s | speedup")
+    assert len(lines) == 2 + 4
+    assert lines[2].startswith(
+        "| dflash | 1 | 41.0 | 2.00x | 200.0 / 200.0 | 50.00 / 50.00 | 1.85 | 28.3% | 4 (0) |"
+    )
+    assert lines[3].startswith("| dflash | 4 | 102.5 | 1.25x |")
+    assert lines[4].startswith("| no-spec | 1 | 20.5 | baseline |")
+    assert "| n/a | n/a |" in lines[4]  # no acceptance without speculation
+
+
+def test_histogram_and_position_tables(run):
+    histogram = report.histogram_table(run).splitlines()
+    assert histogram[0] == "| server | verify steps | 0 | 1 | 2 | 3 |"
+    assert histogram[2] == "| dflash | 160 | 50.0 | 25.0 | 15.0 | 10.0 |"  # both levels pooled
+    positions = report.position_table(run).splitlines()
+    assert positions[0] == "| server | % of steps | k=1 | k=2 | k=3 |"
+    assert positions[2] == "| dflash | accepted | 50.0 | 25.0 | 10.0 |"
+    assert positions[3] == "|  | given k-1 | 50.0 | 50.0 | 40.0 |"
+
+
+def test_markdown_has_setup_tables_and_plots(run):
+    text = report.markdown(run, ["a.png"])
+    assert (
+        "- **dflash**: `tiny` at http://127.0.0.1:2, DFLASH, block 4, draft `tiny-draft`; our worker" in text
+    )
+    assert "- **no-spec**: `tiny` at http://127.0.0.1:1, no speculation" in text
+    assert text.count("\n### ") == 3 and "![a.png](a.png)" in text
+    assert "busy" not in text
+
+
+def test_a_busy_client_machine_is_flagged(run):
+    run.servers[0].levels[1].load_average = 5.5
+    assert report.busy(run) == 5.5
+    assert "**The client machine was busy** (1-minute load average up to 5.5 on 2 CPUs)" in report.setup(run)
+    run.servers[0].levels[1].load_average = 1.5
+    assert report.busy(run) is None
+
+
+def test_json_round_trip(run, tmp_path):
+    path = results.save(run, tmp_path / "r.json")
+    assert json.loads(path.read_text())["schema"] == results.SCHEMA
+    assert results.load(path) == run
+    with pytest.raises(ValueError, match="schema"):
+        results.from_json('{"servers": []}')
+
+
+def test_compare_old_and_new(run):
+    old = results.from_json(results.to_json(run))
+    old.servers[0].levels[0].output_throughput = 20.5
+    lines = report.compare(run, old).splitlines()
+    assert lines[2] == "| dflash | 1 | 20.5 | 41.0 | 100.0% | 1.85 | 1.85 |"
+    assert len(lines) == 2 + 4
+    assert report.compare(run, BenchRun("x", 1, 1, 0.0, [1])).startswith("Nothing to compare")
+
+
+def test_write_outputs_writes_parseable_files(run, tmp_path):
+    written = write_outputs(run, tmp_path, "bench")
+    assert results.load(written["json"]) == run
+    markdown = written["markdown"].read_text()
+    pngs = [name for name in written if name.endswith(".png")]
+    assert sorted(pngs) == sorted(
+        f"bench_{n}.png"
+        for n in ("throughput", "tpot", "speedup", "acceptance_histogram", "position_acceptance")
+    )
+    for name in pngs:
+        assert f"![{name}]({name})" in markdown
+        assert matplotlib.image.imread(written[name]).shape[0] > 100

@@ -1,0 +1,39 @@
+"""`make bench` and `make demo` without servers: the pair fallback, the docs section, and the
+no-spec launch command the demo derives from the DFLASH server's."""
+
+from dflash_sglang.bench import suite
+from dflash_sglang.demo import plain_args
+
+LAUNCH = (
+    "--model-path .tiny/target --speculative-algorithm DFLASH --speculative-draft-model-path .tiny/draft "
+    "--speculative-num-draft-tokens 16 --device cpu --dtype float32 --attention-backend torch_native "
+    "--max-total-tokens 8192 --sleep-on-idle --host 127.0.0.1 --port 30000 --speculative-x=1 "
+    "--trust-remote-code"
+)
+
+
+def test_demo_no_spec_args_drop_speculation_model_host_and_port():
+    assert plain_args(LAUNCH) == [
+        "--device", "cpu", "--dtype", "float32", "--attention-backend", "torch_native",
+        "--max-total-tokens", "8192", "--sleep-on-idle", "--trust-remote-code",
+    ]  # fmt: skip
+
+
+def test_embed_replaces_only_the_marked_section(tmp_path):
+    docs = tmp_path / "benchmarks.md"
+    docs.write_text(f"# B\nbefore\n{suite.BEGIN}\nold table\n{suite.END}\nafter\n")
+    assert suite.embed(docs, "new table")
+    assert docs.read_text() == f"# B\nbefore\n{suite.BEGIN}\nnew table\n{suite.END}\nafter\n"
+    docs.write_text("no markers")
+    assert not suite.embed(docs, "x") and docs.read_text() == "no markers"
+    assert not suite.embed(tmp_path / "missing.md", "x")
+
+
+def test_missing_trained_pair_falls_back_to_the_random_pair(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(suite, "RANDOM_PAIR", tmp_path / "random")
+    pair, line = suite.resolve_pair(tmp_path / "no-such-pair")
+    assert pair == tmp_path / "random"
+    assert (pair / "target" / "config.json").is_file() and (pair / "draft" / "config.json").is_file()
+    assert "random-weight pair" in line
+    assert "no trained tiny pair at" in capsys.readouterr().err
+    assert suite.resolve_pair(pair) == (pair, f"pair {pair}")
