@@ -108,7 +108,7 @@ def test_staggered_mixed_length_requests_with_aborts_equal_nospec(server, prompt
         assert out["meta_info"]["finish_reason"]["type"] == "abort"
         partial = out["output_ids"]
         assert len(partial) < 2000  # abort-10 may land before its first token on a slow machine
-        assert partial == nospec_tokens(tuple(prompt_ids[i]), len(partial), ignore_eos=True)
+        assert not partial or partial == nospec_tokens(tuple(prompt_ids[i]), len(partial), ignore_eos=True)
     assert len(aborted[11]["output_ids"]) > 0  # aborted mid-generation, after the others finished
 
 
