@@ -1,5 +1,5 @@
-"""Our overlap worker (SGLANG_ENABLE_SPEC_V2=1, SGLang's overlap loop), every step checked for host
-syncs (DFLASH_SGLANG_CHECK_HOST_SYNC=1), in a real SGLang server on CPU (127.0.0.1), against a
+"""Our overlap worker (SGLANG_ENABLE_SPEC_V2=1, SGLang's overlap loop; test_overlap.py runs it with
+every step checked for host syncs), in a real SGLang server on CPU (127.0.0.1), against a
 no-spec server of the same target and against the engine-free reference: greedy outputs token
 for token, verify-step counts, chat completions (plain and streamed), concurrency, short outputs,
 stop strings, radix cache hits, aborts, and bad requests.
@@ -42,7 +42,7 @@ def nospec(nospec8):
 def dflash(pair):
     args = ["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", pair.draft,
             "--speculative-num-draft-tokens", BLOCK]  # fmt: skip
-    env = {"SGLANG_ENABLE_SPEC_V2": "1", "DFLASH_SGLANG_CHECK_HOST_SYNC": "1"}
+    env = {"SGLANG_ENABLE_SPEC_V2": "1"}  # no host-sync check: it doubles step time (400 samples)
     with SGLangServer(pair.target, args, env=env) as server:
         yield server
 
@@ -62,7 +62,6 @@ def prompt_ids(pair):
 def test_startup_log_names_our_worker(dflash):
     log = dflash.log_path.read_text()
     assert "dflash_sglang: DFLASH served by dflash_sglang.worker.DFlashOverlapWorker (overlap schedule" in log
-    assert "host-sync check on" in log
 
 
 def test_greedy_generate_equals_reference_one_at_a_time(pair, dflash, nospec, prompt_ids):
