@@ -76,40 +76,64 @@ def abort(server, rid: str) -> None:
     assert DIRECT.open(request, timeout=30).status == 200
 
 
+def stream_generate(server, body: dict, started: threading.Event) -> dict:
+    """POST /generate streamed; `started` is set at the first token, so an abort sent after it
+    reaches a request SGLang has registered and begun (an earlier one is silently dropped)."""
+    request = urllib.request.Request(
+        f"{server.base_url}/generate",
+        json.dumps({**body, "stream": True}).encode(),
+        {"Content-Type": "application/json"},
+    )
+    last = None
+    with DIRECT.open(request, timeout=300) as response:
+        for line in response:
+            line = line.decode().strip()
+            if line.startswith("data:") and line != "data: [DONE]":
+                last = json.loads(line[5:])  # output_ids are cumulative (no incremental streaming)
+                if last["output_ids"]:
+                    started.set()
+    return last
+
+
+ENDLESS = 3000  # far more than the test lets it run; under the 4096-token pool
+
+
 def test_staggered_mixed_length_requests_with_aborts_equal_nospec(server, prompt_ids, nospec_tokens):
     _, s = server
     finished, aborted = {}, {}
+    started = {i: threading.Event() for i in (10, 11)}
 
     def finite(i: int):
         time.sleep(0.2 * i)  # join while others decode, finish at different steps
         finished[i] = s.generate(prompt_ids[i], MAX_TOKENS[i])
 
     def endless(i: int):
-        params = {"temperature": 0, "max_new_tokens": 2000, "ignore_eos": True}
+        params = {"temperature": 0, "max_new_tokens": ENDLESS, "ignore_eos": True}
         body = {"input_ids": prompt_ids[i], "rid": f"abort-{i}", "sampling_params": params}
-        aborted[i] = s.post("/generate", body)
+        aborted[i] = stream_generate(s, body, started[i])
 
     longs = [threading.Thread(target=endless, args=(i,)) for i in (10, 11)]
     for thread in longs:
         thread.start()
     with ThreadPoolExecutor(len(MAX_TOKENS)) as pool:
         waits = [pool.submit(finite, i) for i in range(len(MAX_TOKENS))]
-        time.sleep(1.0)
+        assert started[10].wait(120)
         abort(s, "abort-10")  # while the staggered requests join and finish
         for wait in waits:
             wait.result()
-    abort(s, "abort-11")
+    assert started[11].wait(120)
+    abort(s, "abort-11")  # after the others finished
     for thread in longs:
         thread.join(120)
 
     for i, out in finished.items():
         assert out["output_ids"] == nospec_tokens(tuple(prompt_ids[i]), MAX_TOKENS[i]), f"request {i}"
-    for i, out in aborted.items():
-        assert out["meta_info"]["finish_reason"]["type"] == "abort"
+    for i in (10, 11):
+        out = aborted[i]
+        assert out["meta_info"]["finish_reason"]["type"] == "abort", (i, out["meta_info"])
         partial = out["output_ids"]
-        assert len(partial) < 2000  # abort-10 may land before its first token on a slow machine
-        assert not partial or partial == nospec_tokens(tuple(prompt_ids[i]), len(partial), ignore_eos=True)
-    assert len(aborted[11]["output_ids"]) > 0  # aborted mid-generation, after the others finished
+        assert 0 < len(partial) < ENDLESS
+        assert partial == nospec_tokens(tuple(prompt_ids[i]), len(partial), ignore_eos=True)
 
 
 PLANTED_PLUGIN = '''
