@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: install test lint serve demo bench
+.PHONY: install test lint serve demo bench tiny-pair
 
 install:
 	python3 -m venv $(VENV)
@@ -32,3 +32,8 @@ PAIR ?= python/dflash_sglang/assets/tiny-pair
 BENCH_ARGS ?=
 bench:
 	$(PY) -m dflash_sglang.bench.suite --pair $(PAIR) --out docs/bench --docs docs/benchmarks.md $(BENCH_ARGS)
+
+# Retrains the embedded tiny pair (target, drafter, held-out prompts, measured acceptance) from
+# the standard library's source: deterministic on one machine (one thread), about an hour on a CPU core.
+tiny-pair:
+	$(PY) -m dflash_sglang.train.tiny_pair --out python/dflash_sglang/assets/tiny-pair

@@ -1,19 +1,19 @@
 #!/usr/bin/env bash
-# DFLASH on CPU with the tiny pair: the seed card's command, with CPU flags and the tiny models.
-# The pair is written on first use (random weights whose target favours a few tokens, so the
-# drafter is partly accepted; a trained pair replaces it with the embedded-pair issue).
+# DFLASH on CPU with the embedded tiny pair: the seed card's command, with CPU flags and the
+# trained tiny models shipped in the package (make tiny-pair regenerates them). The drafter is
+# trained at block size 8; BLOCK=4 or BLOCK=16 serve it too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
-PAIR=${PAIR:-.tiny}
+PAIR=${PAIR:-python/dflash_sglang/assets/tiny-pair}
 PORT=${PORT:-30000}
-[ -f "$PAIR/draft/config.json" ] || "$PY" -m dflash_sglang.testing.tiny --out "$PAIR" --block-size 16 --hot-tokens 3
+BLOCK=${BLOCK:-8}
 
 exec "$PY" -m sglang.launch_server \
     --model-path "$PAIR/target" \
     --speculative-algorithm DFLASH \
     --speculative-draft-model-path "$PAIR/draft" \
-    --speculative-num-draft-tokens 16 \
+    --speculative-num-draft-tokens "$BLOCK" \
     --device cpu \
     --dtype float32 \
     --attention-backend torch_native \

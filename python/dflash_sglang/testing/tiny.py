@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+from collections.abc import Iterable
 from pathlib import Path
 
 import torch
@@ -80,7 +81,8 @@ class TinyShape:
         return list(range(HOT_TOKEN_START, HOT_TOKEN_START + self.hot_tokens))
 
 
-def build_tokenizer(vocab_size: int = 384) -> PreTrainedTokenizerFast:
+def build_tokenizer(vocab_size: int = 384, texts: Iterable[str] | None = None) -> PreTrainedTokenizerFast:
+    """Byte-level BPE with the ChatML specials and `<|MASK|>`, trained on `texts` (default CORPUS)."""
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
@@ -90,7 +92,7 @@ def build_tokenizer(vocab_size: int = 384) -> PreTrainedTokenizerFast:
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tokenizer.train_from_iterator(CORPUS.splitlines(keepends=True), trainer=trainer)
+    tokenizer.train_from_iterator(texts or CORPUS.splitlines(keepends=True), trainer=trainer)
     return PreTrainedTokenizerFast(
         tokenizer_object=tokenizer,
         eos_token="<|im_end|>",
