@@ -48,6 +48,19 @@ def test_cli_writes_the_published_layout(pair_dir):
     assert target.config.eos_token_id == tokenizer.eos_token_id
 
 
+def test_cli_hybrid_target_and_sliding_drafter(tmp_path):
+    from dflash_sglang.testing.tiny import main
+
+    main(["--out", str(tmp_path), "--hybrid", "--swa", "6", "--block-size", "4"])
+    target = json.loads((tmp_path / "target" / "config.json").read_text())
+    assert target["architectures"] == ["Qwen3_5ForCausalLM"] and target["full_attention_interval"] == 2
+    assert set(target["layer_types"]) == {"linear_attention", "full_attention"}
+    draft = DFlashConfig.from_pretrained(tmp_path / "draft")
+    assert draft.layer_types == ("sliding_attention", "full_attention") and draft.sliding_window == 6
+    assert draft.block_size == 4
+    draft.validate_against(AutoModelForCausalLM.from_pretrained(tmp_path / "target").config)
+
+
 def test_chat_template_round_trips(pair_dir):
     tokenizer = AutoTokenizer.from_pretrained(pair_dir / "target")
     text = tokenizer.apply_chat_template(

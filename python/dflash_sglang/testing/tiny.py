@@ -1,10 +1,14 @@
 """A tiny random-weight target + DFlash drafter pair, written in the published on-disk format.
 
-    python -m dflash_sglang.testing.tiny --out DIR [--seed S] [--block-size B]
+    python -m dflash_sglang.testing.tiny --out DIR [--seed S] [--block-size B] [--hot-tokens N]
+                                          [--hybrid] [--swa W]
 
 writes DIR/target (a Qwen3 causal LM: config, safetensors, a locally trained byte-level BPE
 tokenizer with a ChatML chat template and a `<|MASK|>` token) and DIR/draft (a DFlash drafter
-config and safetensors). Nothing is downloaded. Tests, benchmarks and demos build on it.
+config and safetensors). `--hybrid`: the target is a Qwen3.5-style hybrid (Gated DeltaNet and full
+attention layers, tiny_hybrid.py). `--swa W`: the drafter's layers but the last slide over a window
+of W tokens (`layer_types`, `sliding_window`). Nothing is downloaded. Tests, benchmarks and demos
+build on it.
 """
 
 from __future__ import annotations
@@ -171,8 +175,14 @@ class TinyPair:
     draft: Path
 
 
+def sliding_drafter(layers: int, window: int) -> dict:
+    """Drafter config fields for sliding-window layers, the last one full (as Qwen3.6 drafters)."""
+    kinds = ("sliding_attention",) * (layers - 1) + ("full_attention",)
+    return {"layer_types": kinds, "sliding_window": window}
+
+
 def write_tiny_pair(
-    out: str | Path, seed: int = 0, block_size: int = 16, shape: TinyShape = TinyShape()
+    out: str | Path, seed: int = 0, block_size: int = 16, shape: TinyShape = TinyShape(), **draft_fields
 ) -> TinyPair:
     out = Path(out)
     tokenizer = build_tokenizer()
@@ -182,7 +192,7 @@ def write_tiny_pair(
     target.save_pretrained(out / "target")
     tokenizer.save_pretrained(out / "target")
     mask_id = tokenizer.convert_tokens_to_ids(MASK_TOKEN)
-    draft = tiny_draft(target.config, shape, seed + 1, block_size, mask_token_id=mask_id)
+    draft = tiny_draft(target.config, shape, seed + 1, block_size, mask_token_id=mask_id, **draft_fields)
     draft.save_pretrained(out / "draft")
     return TinyPair(out / "target", out / "draft")
 
@@ -193,8 +203,17 @@ def main(argv=None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--block-size", type=int, default=16)
     parser.add_argument("--hot-tokens", type=int, default=0, help="tokens the target's head favours")
+    parser.add_argument("--hybrid", action="store_true", help="Qwen3.5-style hybrid target")
+    parser.add_argument("--swa", type=int, metavar="W", help="sliding drafter layers, window W")
     args = parser.parse_args(argv)
-    pair = write_tiny_pair(args.out, args.seed, args.block_size, TinyShape(hot_tokens=args.hot_tokens))
+    if args.hybrid:
+        from .tiny_hybrid import HybridShape, write_tiny_hybrid_pair  # it builds on this module
+
+        shape, write = HybridShape(hot_tokens=args.hot_tokens), write_tiny_hybrid_pair
+    else:
+        shape, write = TinyShape(hot_tokens=args.hot_tokens), write_tiny_pair
+    draft_fields = sliding_drafter(shape.draft_layers, args.swa) if args.swa else {}
+    pair = write(args.out, args.seed, args.block_size, shape, **draft_fields)
     print(f"target: {pair.target}\ndraft:  {pair.draft}")
 
 

@@ -1,6 +1,6 @@
 """A tiny random-weight hybrid target (Qwen3.5-style) + DFlash drafter pair, in the published format.
 
-    python -m dflash_sglang.testing.tiny_hybrid --out DIR [--seed S] [--block-size B] [--hot-tokens N]
+    python -m dflash_sglang.testing.tiny --hybrid --out DIR [--seed S] [--block-size B] [--swa W]
 
 writes DIR/target, a text-only `Qwen3_5ForCausalLM` whose layers alternate Gated DeltaNet linear
 attention and gated full attention (`full_attention_interval`), with the tokenizer and chat
@@ -10,7 +10,6 @@ model can capture. Nothing is downloaded.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 from pathlib import Path
@@ -85,7 +84,7 @@ def keep_full_attention_interval(target_dir: Path, interval: int) -> None:
 
 
 def write_tiny_hybrid_pair(
-    root: str | Path, seed: int = 0, block_size: int = 8, shape: HybridShape = HybridShape()
+    root: str | Path, seed: int = 0, block_size: int = 8, shape: HybridShape = HybridShape(), **draft_fields
 ) -> TinyPair:
     root = Path(root)
     tokenizer = build_tokenizer()
@@ -103,23 +102,7 @@ def write_tiny_hybrid_pair(
         block_size,
         mask_token_id=mask_id,
         target_layer_ids=shape.capture_layer_ids(),
+        **draft_fields,
     )
     draft.save_pretrained(root / "draft")
     return TinyPair(root / "target", root / "draft")
-
-
-def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", required=True, help="directory for target/ and draft/")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--block-size", type=int, default=8)
-    parser.add_argument("--hot-tokens", type=int, default=0, help="tokens the target's head favours")
-    args = parser.parse_args(argv)
-    pair = write_tiny_hybrid_pair(
-        args.out, args.seed, args.block_size, HybridShape(hot_tokens=args.hot_tokens)
-    )
-    print(f"target: {pair.target}\ndraft:  {pair.draft}")
-
-
-if __name__ == "__main__":
-    main()
