@@ -1,13 +1,16 @@
-"""Which verify step's recurrent state lands in the radix track slot: the state at the last track
-boundary the committed tokens reach, found from the post-verify length."""
+"""Which verify step's recurrent state lands in the radix track slot (the state at the last track
+boundary the committed tokens reach, found from the post-verify length), and the startup check
+that names the options when a hybrid DFLASH setup cannot speculate."""
 
 from __future__ import annotations
 
 import random
+from types import SimpleNamespace
 
 import torch
 
 from dflash_sglang.hybrid import NO_TRACK, track_steps
+from dflash_sglang.startup_checks import explain
 
 
 def tracked_step_by_enumeration(pre: int, accepted: int, grid: int) -> int:
@@ -33,3 +36,20 @@ def test_matches_enumeration_on_random_steps():
         accepted = torch.tensor([a for _, a in cases])
         got = track_steps(pre, pre + accepted, accepted, grid).tolist()
         assert got == [tracked_step_by_enumeration(p, a, grid) for p, a in cases]
+
+
+def strategy_view(**changes):
+    fields = dict(speculative_algorithm="DFLASH", uses_mamba_radix_cache=True, speculative_num_draft_tokens=8,
+                  mamba_radix_cache_strategy="extra_buffer", mamba_track_interval=64,
+                  disable_overlap_schedule=True)  # fmt: skip
+    return SimpleNamespace(**{**fields, **changes})
+
+
+def test_startup_checks_explain_only_dflash_settings_that_cannot_speculate():
+    assert explain(strategy_view()) is None
+    assert "--mamba-track-interval 4" in explain(strategy_view(mamba_track_interval=4))
+    assert explain(strategy_view(mamba_track_interval=4, speculative_algorithm="EAGLE")) is None
+    assert explain(strategy_view(mamba_track_interval=4, uses_mamba_radix_cache=False)) is None
+    no_buffer = strategy_view(mamba_radix_cache_strategy="no_buffer", disable_overlap_schedule=False)
+    assert "SGLANG_ENABLE_SPEC_V2" in explain(no_buffer)
+    assert explain(strategy_view(mamba_radix_cache_strategy="no_buffer")) is None

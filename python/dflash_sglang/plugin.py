@@ -2,6 +2,8 @@
 
 Through SGLang's HookRegistry it
 - accepts the seed cards' option names for SGLang's own options (cli_aliases.py),
+- names the options to change when a hybrid target's cache strategy cannot speculate
+  (startup_checks.py),
 - makes `--speculative-algorithm DFLASH` build this package's worker,
 - resolves `architectures: ["DFlashDraftModel"]` to this package's draft model,
 - installs the torch stand-ins for GPU-only kernels; each one acts only on CPU tensors and
@@ -50,11 +52,12 @@ def register() -> None:
         return
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
-    from . import cli_aliases
+    from . import cli_aliases, startup_checks
     from .cpu import install as install_cpu_stand_ins
 
     install_cpu_stand_ins()
     HookRegistry.register(cli_aliases.TARGET, cli_aliases.add_seed_card_aliases, HookType.AFTER)
+    HookRegistry.register(startup_checks.TARGET, startup_checks.check_mamba_strategy, HookType.AROUND)
     if worker_choice() == "builtin":
         return
     HookRegistry.register(
