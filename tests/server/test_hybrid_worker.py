@@ -5,7 +5,9 @@
   cache on, track interval 64 so the tracked boundaries fall inside accepted spans, block 8;
 - plain worker, `no_buffer`, radix cache on, block 4;
 - overlap worker, `extra_buffer`, radix cache off, block 16, on a target with one hot token (the
-  longest accepted runs).
+  longest accepted runs);
+- overlap worker, `extra_buffer`, track interval = block 8, on a target whose drafts are always
+  accepted (its LM head is zero).
 
 Each: prompts one at a time and concurrently equal the reference; requests that extend a finished
 one (prompt + its output) reuse the cached recurrent state (where the radix cache is on) and still
@@ -17,11 +19,16 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+import torch
 
 from dflash_sglang.testing.server import SGLangServer
-from dflash_sglang.testing.tiny_hybrid import HybridShape, write_tiny_hybrid_pair
+from dflash_sglang.testing.tiny_hybrid import (
+    HybridShape,
+    keep_full_attention_interval,
+    write_tiny_hybrid_pair,
+)
 
-from .hybrid import HYBRID_ARGS, HYBRID_ENV, MAX_NEW, TRACK_INTERVAL, generate, greedy, prompts
+from .hybrid import HYBRID_ARGS, HYBRID_ENV, MAX_NEW, TRACK_INTERVAL, generate, greedy, load_target, prompts
 
 OVERLAP = {"SGLANG_ENABLE_SPEC_V2": "1", "DFLASH_SGLANG_CHECK_HOST_SYNC": "1"}
 PLAIN = {"SGLANG_ENABLE_SPEC_V2": "", "SGLANG_ENABLE_DFLASH_SPEC_V2": ""}
@@ -70,3 +77,41 @@ def test_extending_a_finished_request_reuses_its_state_exactly(case):
     assert [out["output_ids"] for out in outputs] == [greedy(pair.target, ids, 8) for ids in longer]
     if "noradix" not in name:
         assert max(out["meta_info"]["cached_tokens"] for out in outputs) >= TRACK_INTERVAL
+
+
+def silence_head(target_dir) -> None:
+    """Zero the target's LM head: every logit is 0, so greedy picks token 0 everywhere and the
+    drafter, which shares the head, drafts exactly that: every draft is accepted."""
+    target = load_target(target_dir)
+    with torch.no_grad():
+        target.lm_head.weight.zero_()
+    target.save_pretrained(target_dir)
+    keep_full_attention_interval(target_dir, HybridShape().full_attention_interval)
+    load_target.cache_clear()
+
+
+def test_full_acceptance_commits_the_last_block_step(tmp_path):
+    """Whole blocks accepted: the state commit takes step B-1 every time, and the state tracked
+    at a boundary inside an accepted block (interval 64) serves a later radix hit. (The output
+    cannot show a wrong state here, as it ignores the state; the other cases do. This one is for
+    the indices at the block's end.)"""
+    block, new = 8, 60
+    pair = write_tiny_hybrid_pair(tmp_path, seed=0, block_size=block, shape=HybridShape())
+    silence_head(pair.target)
+    dflash = ["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", pair.draft,
+              "--speculative-num-draft-tokens", block]  # fmt: skip
+    args = [*HYBRID_ARGS, *EXTRA_BUFFER, *dflash]
+    short = prompts()[2:5]  # 9, 31 and 70 tokens: decoding 60 crosses 64 or 128
+    with SGLangServer(pair.target, args, env={**HYBRID_ENV, **OVERLAP}) as server:
+        first = [generate(server, ids, new) for ids in short]
+        longer = [ids + out["output_ids"] for ids, out in zip(short, first, strict=True)]
+        again = [generate(server, ids, 9) for ids in longer]
+    for ids, out in zip(short, first, strict=True):
+        assert out["output_ids"] == greedy(pair.target, ids, new) == [0] * new
+        # the first token comes from the prefill, the other new - 1 in whole blocks
+        assert out["meta_info"]["spec_verify_ct"] == -(-(new - 1) // block)
+    for ids, prompt, out in zip(longer, short, again, strict=True):
+        assert out["output_ids"] == greedy(pair.target, ids, 9)
+        # a state tracked while decoding: past the prompt, on the 64-token grid
+        cached = out["meta_info"]["cached_tokens"]
+        assert cached > len(prompt) and cached % TRACK_INTERVAL == 0, (len(prompt), cached)
