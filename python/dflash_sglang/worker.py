@@ -22,6 +22,7 @@ the overlap loop, with the drafter-side work on its own CUDA stream (streams.py,
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 from typing import NamedTuple
 
@@ -47,6 +48,7 @@ from sglang.srt.utils import async_h2d
 from . import host_sync
 from .accept import Acceptance, greedy_accept, rejection_accept
 from .config import DFlashConfigError
+from .draft_window import DraftWindow
 from .hybrid import RecurrentStateCommit
 from .sampling import target_distribution, vocab_parallel_argmax
 from .spec_info import DFlashDraftState
@@ -62,6 +64,7 @@ class Block(NamedTuple):
     positions: torch.Tensor  # [bs * B]
     cache_loc: torch.Tensor  # [bs * B] KV slots of the block (target pool ids)
     kv_plan: object  # SGLang's KVLocPlan shared by the draft, the verify and the injection
+    draft_loc: torch.Tensor  # [bs, B] the block's slots in the draft pool (what injection writes)
 
 
 class DFlashWorker(BaseSpecWorker):
@@ -91,13 +94,6 @@ class DFlashWorker(BaseSpecWorker):
                 f"dflash_config.target_layer_ids = {list(config.target_layer_ids)} but the target "
                 f"captures layers {list(captured)}"
             )
-        if get_spec().speculative_draft_window_size is not None:
-            # Bounding the draft context and its KV by a window is not built yet; ignoring the
-            # flag would silently spend the memory the operator meant to save.
-            raise DFlashConfigError(
-                "--speculative-draft-window-size (--speculative-dflash-draft-window-size) is not "
-                "supported by dflash_sglang yet; run without it or with DFLASH_SGLANG_WORKER=builtin"
-            )
         self.block_size = int(get_spec().speculative_num_draft_tokens or config.block_size)
         if self.block_size < 2:
             raise DFlashConfigError(f"--speculative-num-draft-tokens = {self.block_size}: need >= 2")
@@ -107,17 +103,21 @@ class DFlashWorker(BaseSpecWorker):
         self.draft_block_info = make_draft_block_spec_info(
             draft_token_num=self.block_size, device=self.device
         )
+        # SGLang checked window >= block; the ring and its private pool come with the pools.
+        self.window_size = get_spec().speculative_draft_window_size
+        self.window: DraftWindow | None = None
         self.drafter = DrafterStream(self.device, enabled=self.wants_drafter_stream(server_args))
         self.check_host_sync = host_sync.enabled()
         logger.info(
             "dflash_sglang: DFLASH served by %s.%s (%s schedule, drafter stream %s%s; block size %d, "
-            "draft layers %d, target layers %s)",
+            "draft window %s, draft layers %d, target layers %s)",
             type(self).__module__,
             type(self).__qualname__,
             self.schedule,
             "on" if self.drafter.active else "off",
             ", host-sync check on" if self.check_host_sync else "",
             self.block_size,
+            self.window_size or "off",
             config.num_hidden_layers,
             list(config.target_layer_ids),
         )
@@ -138,12 +138,41 @@ class DFlashWorker(BaseSpecWorker):
     def alloc_memory_pool(
         self, memory_pool_config=None, req_to_token_pool=None, token_to_kv_pool_allocator=None
     ):
-        # The draft pool shares the target's slot ids and request table: a slot holds the
-        # target's KV in the target pool and the injected context KV in the draft pool.
+        if self.window_size is None:
+            # The draft pool shares the target's slot ids and request table: a slot holds the
+            # target's KV in the target pool and the injected context KV in the draft pool.
+            self._draft_worker.alloc_memory_pool(
+                memory_pool_config=memory_pool_config,
+                req_to_token_pool=req_to_token_pool,
+                token_to_kv_pool_allocator=token_to_kv_pool_allocator,
+            )
+            return
+        # A draft window: a private request table and a KV pool of W + B ring slots per request.
+        requests = req_to_token_pool.req_to_token.shape[0]  # rows, the padding row included
+        tokens = DraftWindow.pool_tokens(self.window_size, self.block_size, requests)
+        sized = {"max_total_num_tokens": tokens}
+        for field in ("full_max_total_num_tokens", "swa_max_total_num_tokens"):
+            if getattr(memory_pool_config, field, None) is not None:
+                sized[field] = tokens
+        config = dataclasses.replace(memory_pool_config, **sized)
+        # The target's allocator only satisfies SGLang's DFLASH draft setup; ring slots are ours.
         self._draft_worker.alloc_memory_pool(
-            memory_pool_config=memory_pool_config,
-            req_to_token_pool=req_to_token_pool,
-            token_to_kv_pool_allocator=token_to_kv_pool_allocator,
+            memory_pool_config=config, token_to_kv_pool_allocator=token_to_kv_pool_allocator
+        )
+        own = self.draft_runner.req_to_token_pool.req_to_token
+        if own.shape[0] < requests or own.shape[1] < self.window_size + self.block_size:
+            raise DFlashConfigError(
+                f"the draft window's request table is {tuple(own.shape)}, need at least "
+                f"({requests}, {self.window_size + self.block_size})"
+            )
+        self.window = DraftWindow(self.window_size, self.block_size, requests, self.device)
+        logger.info(
+            "dflash_sglang: draft window %d: draft KV pool of %d slots (%d requests x %d), target pool %d",
+            self.window_size,
+            self.draft_runner.token_to_kv_pool.size,
+            requests,
+            self.window.ring,
+            self.model_runner.token_to_kv_pool.size,
         )
 
     def init_attention_backends(self):
@@ -195,7 +224,13 @@ class DFlashWorker(BaseSpecWorker):
             self.model_runner.prefill_attention_backend_str, prefix_lens, extend_lens, sum(batch.extend_lens)
         )
         hidden = result.logits_output.hidden_states
-        write_ids = kv_plan.write_ids(self.draft_runner.kv_index_translator)
+        if self.window is None:
+            write_ids = kv_plan.write_ids(self.draft_runner.kv_index_translator)
+        else:
+            self.window.begin_requests(batch)
+            write_ids = self.window.prefill_slots(
+                batch.req_pool_indices, batch.seq_lens, extend_lens, positions, sum(batch.extend_lens)
+            )
         with self.drafter.run(hidden, positions, write_ids):
             self.draft_model.write_context_kv(
                 self.draft_runner.token_to_kv_pool, hidden, positions, write_ids
@@ -240,13 +275,28 @@ class DFlashWorker(BaseSpecWorker):
             read_extent=size,
         )
         bound_cpu = state.host_read_bound(batch, size)
+        draft_lens, draft_loc, draft_plan = seq_lens, None, kv_plan
+        if self.window is not None:  # the drafter reads its own short rows (draft_window.py)
+            draft_lens = self.window.visible_lens(batch.req_pool_indices, seq_lens)
+            self.window.write_rows(
+                self.draft_runner.req_to_token_pool.req_to_token, batch.req_pool_indices, seq_lens, draft_lens
+            )
+            draft_loc = self.window.slots(batch.req_pool_indices, positions)
+            bound_cpu = torch.clamp(bound_cpu, max=self.window_size)
+            draft_plan = self.draft_runner.kv_index_translator.plan(
+                req_pool_indices=batch.req_pool_indices,
+                seq_lens=draft_lens,
+                seq_lens_cpu=bound_cpu,
+                write_virtual=draft_loc.flatten(),
+                read_extent=size,
+            )
         forward_batch = ForwardBatch(
             forward_mode=ForwardMode.TARGET_VERIFY,
             batch_size=bs,
             input_ids=block_ids.flatten(),
             req_pool_indices=batch.req_pool_indices,
-            seq_lens=seq_lens,
-            out_cache_loc=cache_loc,
+            seq_lens=draft_lens,
+            out_cache_loc=cache_loc if draft_loc is None else draft_loc.flatten(),
             seq_lens_sum=int(bound_cpu.sum()),
             seq_lens_cpu=bound_cpu,
             positions=positions.flatten(),
@@ -257,13 +307,15 @@ class DFlashWorker(BaseSpecWorker):
             global_num_token_non_padded_cpu=bs * size,
             can_run_decode_cuda_graph=False,
         )
-        kv_plan.bind(forward_batch, self.draft_runner.kv_index_translator)
+        draft_plan.bind(forward_batch, self.draft_runner.kv_index_translator)
         with torch.inference_mode():
             hidden = self.draft_runner.forward(forward_batch).logits_output.hidden_states
         hidden = hidden.view(bs, size, -1)[:, 1:].flatten(0, 1)
         drafts = vocab_parallel_argmax(hidden, self.target_model.lm_head, get_parallel().tp_group)
         block_ids[:, 1:] = drafts.view(bs, size - 1)
-        return Block(block_ids, positions.flatten(), cache_loc, kv_plan)
+        if draft_loc is None:
+            draft_loc = kv_plan.write_ids(self.draft_runner.kv_index_translator).view(bs, size)
+        return Block(block_ids, positions.flatten(), cache_loc, kv_plan, draft_loc)
 
     @property
     def target_model(self):
@@ -316,7 +368,7 @@ class DFlashWorker(BaseSpecWorker):
             on_publish(new_seq_lens)  # the scheduler may plan the next step from here on
         bonus = accepted.tokens.gather(1, (accepted.lengths - 1).unsqueeze(1)).squeeze(1)
         # The verified token and the accepted drafts now have target features: inject them.
-        write_ids = block.kv_plan.write_ids(self.draft_runner.kv_index_translator).view(-1, self.block_size)
+        write_ids = block.draft_loc
         logits_output = target_out.logits_output
         hidden = logits_output.hidden_states
         # Queued behind acceptance, ahead of the result copies and the next step's planning,

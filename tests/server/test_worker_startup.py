@@ -111,14 +111,3 @@ def test_broken_drafter_fails_at_startup_naming_the_field(pair, tmp_path, make_d
     assert "DFlashConfigError" in log
     for word in words:
         assert word in log
-
-
-def test_draft_window_flag_is_refused_at_startup_not_ignored(pair):
-    args = ["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", pair.draft,
-            "--speculative-dflash-draft-window-size", "64"]  # fmt: skip
-    with pytest.raises(ServerError) as err:
-        SGLangServer(pair.target, args, timeout=240).start()
-    assert (
-        "--speculative-draft-window-size (--speculative-dflash-draft-window-size) is not supported"
-        in (err.value.args[0])
-    )
