@@ -70,7 +70,7 @@ class Plan:
     block_size: int = 8
     train_block_sizes: tuple[int, ...] = ()
     anchors: int = 64
-    draft_epochs: int = 4
+    draft_epochs: int = 8
     draft_lr: float = 3e-3
     draft_tokens_per_batch: int = 4096
     train_pairs: int | None = None  # None: all of them (smaller for quick trials)
