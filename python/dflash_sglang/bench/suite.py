@@ -4,7 +4,8 @@
 
 Servers, each started, benchmarked at every concurrency and stopped before the next: no
 speculation (the baseline), our worker with SGLANG_ENABLE_SPEC_V2=1 (the overlap worker), our
-worker without it, and SGLang's built-in DFLASH worker (DFLASH_SGLANG_WORKER=builtin). Writes
+worker without it, SGLang's built-in DFLASH worker (DFLASH_SGLANG_WORKER=builtin), and our worker
+at block sizes 4 and 16 (the pair's drafter is trained at 8: acceptance per block size). Writes
 `tiny-cpu.{md,json}` and PNGs into --out, and the same tables between the `make bench` markers of
 --docs (docs/benchmarks.md). A server that fails to start is reported as such; the others run.
 """
@@ -41,6 +42,7 @@ class Variant:
     speculative: bool
     env: dict = field(default_factory=dict)
     notes: str = ""
+    block: int | None = None  # --speculative-num-draft-tokens; None: the drafter's own block size
 
 
 VARIANTS = [
@@ -50,6 +52,8 @@ VARIANTS = [
     ),
     Variant("dflash_sglang", True, notes="our worker"),
     Variant("sglang built-in", True, {"DFLASH_SGLANG_WORKER": "builtin"}, "DFLASH_SGLANG_WORKER=builtin"),
+    Variant("dflash_sglang b4", True, notes="our worker, --speculative-num-draft-tokens 4", block=4),
+    Variant("dflash_sglang b16", True, notes="our worker, --speculative-num-draft-tokens 16", block=16),
 ]
 
 
@@ -57,7 +61,7 @@ def resolve_pair(pair: Path) -> tuple[Path, str]:
     """The pair to benchmark and a line saying which; falls back to the random pair."""
     if (pair / "target" / "config.json").is_file() and (pair / "draft" / "config.json").is_file():
         return pair, f"pair {pair}"
-    print(f"make bench: no trained tiny pair at {pair} (it lands with the embedded-pair issue);\n"
+    print(f"make bench: no trained tiny pair at {pair} (make tiny-pair writes it);\n"
           f"benchmarking the random-weight pair in {RANDOM_PAIR}/ instead: its acceptance is not a trained "
           f"drafter's.", file=sys.stderr)  # fmt: skip
     if not (RANDOM_PAIR / "draft" / "config.json").is_file():
@@ -66,7 +70,7 @@ def resolve_pair(pair: Path) -> tuple[Path, str]:
 
 
 def serve_and_bench(variant: Variant, pair: Path, prompts, sampling, concurrencies) -> ServerRun:
-    block = DFlashConfig.from_pretrained(pair / "draft").block_size
+    block = variant.block or DFlashConfig.from_pretrained(pair / "draft").block_size
     args = ["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", (pair / "draft").resolve(),
             "--speculative-num-draft-tokens", block] if variant.speculative else []  # fmt: skip
     server = SGLangServer((pair / "target").resolve(), args, env=variant.env, base_args=CPU_ARGS)
