@@ -68,7 +68,7 @@ class Plan:
     draft_intermediate_size: int = 384
     target_layer_ids: tuple[int, ...] = (0, 1, 2)
     block_size: int = 8
-    train_block_sizes: tuple[int, ...] = ()
+    train_block_sizes: tuple[int, ...] = (4, 8, 16)  # good at every --speculative-num-draft-tokens
     anchors: int = 64
     draft_epochs: int = 8
     draft_lr: float = 3e-3
