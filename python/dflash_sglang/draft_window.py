@@ -21,7 +21,11 @@ What the drafter sees only changes its guesses; verify keeps the output exactly 
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
+
+from .config import DFlashConfigError
 
 SINK = 0
 
@@ -81,3 +85,25 @@ class DraftWindow:
         positions = positions.to(torch.int64)
         slots = 1 + per_token_req * self.ring + positions % self.ring
         return torch.where(positions >= per_token_len - self.window, slots, torch.full_like(slots, SINK))
+
+
+def allocate_window_pool(
+    draft_worker, memory_pool_config, req_to_token_pool, allocator, window: int, block_size: int, device
+) -> DraftWindow:
+    """The draft worker's private request table and KV pool: W + B ring slots per request row."""
+    requests = req_to_token_pool.req_to_token.shape[0]  # rows, the padding row included
+    tokens = DraftWindow.pool_tokens(window, block_size, requests)
+    sized = {"max_total_num_tokens": tokens}
+    for field in ("full_max_total_num_tokens", "swa_max_total_num_tokens"):
+        if getattr(memory_pool_config, field, None) is not None:
+            sized[field] = tokens
+    # The target's allocator only satisfies SGLang's DFLASH draft setup; ring slots are ours.
+    config = dataclasses.replace(memory_pool_config, **sized)
+    draft_worker.alloc_memory_pool(memory_pool_config=config, token_to_kv_pool_allocator=allocator)
+    own = draft_worker.model_runner.req_to_token_pool.req_to_token
+    if own.shape[0] < requests or own.shape[1] < window + block_size:
+        raise DFlashConfigError(
+            f"the draft window's request table is {tuple(own.shape)}, "
+            f"need at least ({requests}, {window + block_size})"
+        )
+    return DraftWindow(window, block_size, requests, device)

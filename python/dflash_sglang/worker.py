@@ -22,7 +22,6 @@ the overlap loop, with the drafter-side work on its own CUDA stream (streams.py,
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 from typing import NamedTuple
 
@@ -48,7 +47,7 @@ from sglang.srt.utils import async_h2d
 from . import host_sync
 from .accept import Acceptance, greedy_accept, rejection_accept
 from .config import DFlashConfigError
-from .draft_window import DraftWindow
+from .draft_window import DraftWindow, allocate_window_pool
 from .hybrid import RecurrentStateCommit
 from .sampling import target_distribution, vocab_parallel_argmax
 from .spec_info import DFlashDraftState
@@ -147,30 +146,15 @@ class DFlashWorker(BaseSpecWorker):
                 token_to_kv_pool_allocator=token_to_kv_pool_allocator,
             )
             return
-        # A draft window: a private request table and a KV pool of W + B ring slots per request.
-        requests = req_to_token_pool.req_to_token.shape[0]  # rows, the padding row included
-        tokens = DraftWindow.pool_tokens(self.window_size, self.block_size, requests)
-        sized = {"max_total_num_tokens": tokens}
-        for field in ("full_max_total_num_tokens", "swa_max_total_num_tokens"):
-            if getattr(memory_pool_config, field, None) is not None:
-                sized[field] = tokens
-        config = dataclasses.replace(memory_pool_config, **sized)
-        # The target's allocator only satisfies SGLang's DFLASH draft setup; ring slots are ours.
-        self._draft_worker.alloc_memory_pool(
-            memory_pool_config=config, token_to_kv_pool_allocator=token_to_kv_pool_allocator
-        )
-        own = self.draft_runner.req_to_token_pool.req_to_token
-        if own.shape[0] < requests or own.shape[1] < self.window_size + self.block_size:
-            raise DFlashConfigError(
-                f"the draft window's request table is {tuple(own.shape)}, need at least "
-                f"({requests}, {self.window_size + self.block_size})"
-            )
-        self.window = DraftWindow(self.window_size, self.block_size, requests, self.device)
+        self.window = allocate_window_pool(
+            self._draft_worker, memory_pool_config, req_to_token_pool, token_to_kv_pool_allocator,
+            self.window_size, self.block_size, self.device,
+        )  # fmt: skip
         logger.info(
             "dflash_sglang: draft window %d: draft KV pool of %d slots (%d requests x %d), target pool %d",
             self.window_size,
             self.draft_runner.token_to_kv_pool.size,
-            requests,
+            self.window.start.shape[0],
             self.window.ring,
             self.model_runner.token_to_kv_pool.size,
         )
