@@ -347,6 +347,8 @@ class DFlashWorker(BaseSpecWorker):
     def commit(self, batch, block: Block, target_out, accepted: Acceptance, on_publish):
         lengths = accepted.lengths.to(torch.int32)
         new_seq_lens = batch.seq_lens + lengths.to(batch.seq_lens.dtype)
+        # Hybrid targets: the accepted state lands before the publish event, as in SGLang's own
+        # workers, so nothing the scheduler orders after that event sees a stale state.
         self.commit_recurrent_state(batch, batch.seq_lens, new_seq_lens, lengths)
         if on_publish is not None:
             on_publish(new_seq_lens)  # the scheduler may plan the next step from here on

@@ -2,7 +2,8 @@
 flag) at 4, in real SGLang servers on CPU, against a no-spec server of the same target: requests that
 arrive staggered, ask for different lengths and are aborted mid-way give exactly the no-spec
 tokens (an aborted request a prefix of them). The overlap servers check every step for host syncs,
-and a planted sync shows that the check catches one.
+and a planted sync shows that the check catches one. Requests that SGLang retracts (its
+SGLANG_TEST_RETRACT switch) resume and still give the no-spec tokens.
 """
 
 from __future__ import annotations
@@ -182,3 +183,22 @@ def test_the_host_sync_check_catches_a_planted_sync(pair8, tmp_path):
     assert "plant_host_sync" in log  # loaded by SGLang's plugin loader
     assert "HostSyncError: tolist() on device data inside a DFlash step" in log
     assert "accepted.lengths.tolist()  # the planted sync" in log  # the traceback points at it
+
+
+# SGLang's own retraction test switch: every RETRACT_INTERVAL-th forward retracts the decode batch's
+# least-advanced request (its KV freed, not cached), which re-queues and prefills its prompt plus
+# the tokens generated so far, exactly as under KV pressure.
+RETRACT = {**OVERLAP, "SGLANG_TEST_RETRACT": "1", "SGLANG_TEST_RETRACT_INTERVAL": "4"}
+
+
+def test_retracted_requests_resume_and_equal_nospec(pair8, prompt_ids, nospec_tokens):
+    lengths = [40, 52, 33, 60, 45, 28]
+    with SGLangServer(pair8.target, dflash_args(pair8, 4), env=RETRACT) as s:
+        with ThreadPoolExecutor(len(lengths)) as pool:
+            outs = list(pool.map(s.generate, prompt_ids[: len(lengths)], lengths))
+        log = s.log_path.read_text()
+    retractions = log.count("Testing retraction. #retracted_reqs: 1")
+    assert retractions >= 3, f"only {retractions} retractions: the test did not exercise them"
+    for i, (out, n) in enumerate(zip(outs, lengths)):
+        assert out["meta_info"]["finish_reason"]["type"] == "length", (i, out["meta_info"])
+        assert out["output_ids"] == nospec_tokens(tuple(prompt_ids[i]), n), f"request {i}"
