@@ -199,6 +199,6 @@ def test_retracted_requests_resume_and_equal_nospec(pair8, prompt_ids, nospec_to
         log = s.log_path.read_text()
     retractions = log.count("Testing retraction. #retracted_reqs: 1")
     assert retractions >= 3, f"only {retractions} retractions: the test did not exercise them"
-    for i, (out, n) in enumerate(zip(outs, lengths)):
+    for i, (out, n) in enumerate(zip(outs, lengths, strict=True)):
         assert out["meta_info"]["finish_reason"]["type"] == "length", (i, out["meta_info"])
         assert out["output_ids"] == nospec_tokens(tuple(prompt_ids[i]), n), f"request {i}"
