@@ -85,3 +85,13 @@ def test_disabled_on_cuda_runs_on_main(monkeypatch):
         cuda.log.append(f"inject on {cuda.current}")
     drafter.join()
     assert cuda.log == ["inject on main"]
+
+
+def test_the_env_flag_turns_the_drafter_stream_off(monkeypatch):
+    monkeypatch.delenv(streams.ENV_FLAG, raising=False)
+    assert streams.drafter_stream_wanted()  # on by default
+    for off in ("0", "false", "No", " off "):
+        monkeypatch.setenv(streams.ENV_FLAG, off)
+        assert not streams.drafter_stream_wanted(), off
+    monkeypatch.setenv(streams.ENV_FLAG, "1")
+    assert streams.drafter_stream_wanted()

@@ -51,7 +51,7 @@ from .draft_window import DraftWindow, allocate_window_pool
 from .hybrid import RecurrentStateCommit
 from .sampling import target_distribution, vocab_parallel_argmax
 from .spec_info import DFlashDraftState
-from .streams import DrafterStream
+from .streams import DrafterStream, drafter_stream_wanted
 
 logger = logging.getLogger(__name__)
 
@@ -386,4 +386,6 @@ class DFlashOverlapWorker(DFlashWorker):
         # Hierarchical cache and the unified pool move KV on their own streams, ordered only
         # against the forward stream: keep draft-KV writes there.
         memory = get_memory()
-        return not (memory.enable_hierarchical_cache or memory.enable_unified_memory)
+        if memory.enable_hierarchical_cache or memory.enable_unified_memory:
+            return False
+        return drafter_stream_wanted()  # DFLASH_SGLANG_DRAFTER_STREAM=0: A/B timings
