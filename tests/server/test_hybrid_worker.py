@@ -6,6 +6,9 @@
 - plain worker, `no_buffer`, radix cache on, block 4;
 - overlap worker, `extra_buffer`, radix cache off, block 16, on a target with one hot token (the
   longest accepted runs);
+- overlap worker, `extra_buffer`, radix cache on, block 4, draft window 12 (the drafter reads only
+  the last 12 tokens; prompts and outputs run far past it);
+- overlap worker, `extra_buffer_lazy`, radix cache on, block 8;
 - overlap worker, `extra_buffer`, track interval = block 8, on a target whose drafts are always
   accepted (its LM head is zero).
 
@@ -34,11 +37,20 @@ OVERLAP = {"SGLANG_ENABLE_SPEC_V2": "1", "DFLASH_SGLANG_CHECK_HOST_SYNC": "1"}
 PLAIN = {"SGLANG_ENABLE_SPEC_V2": "", "SGLANG_ENABLE_DFLASH_SPEC_V2": ""}
 EXTRA_BUFFER = ["--mamba-scheduler-strategy", "extra_buffer", "--mamba-track-interval", TRACK_INTERVAL]
 NO_BUFFER = ["--mamba-scheduler-strategy", "no_buffer", "--disable-overlap-schedule"]
+EXTRA_BUFFER_LAZY = [
+    "--mamba-scheduler-strategy",
+    "extra_buffer_lazy",
+    "--mamba-track-interval",
+    TRACK_INTERVAL,
+]
+WINDOW_12 = ["--speculative-dflash-draft-window-size", 12]
 
 CASES = {
     "overlap-extra_buffer-radix-b8": (OVERLAP, EXTRA_BUFFER, 8, 3),
     "plain-no_buffer-radix-b4": (PLAIN, NO_BUFFER, 4, 3),
     "overlap-extra_buffer-noradix-b16": (OVERLAP, [*EXTRA_BUFFER, "--disable-radix-cache"], 16, 1),
+    "overlap-extra_buffer-radix-w12-b4": (OVERLAP, [*EXTRA_BUFFER, *WINDOW_12], 4, 3),
+    "overlap-extra_buffer_lazy-radix-b8": (OVERLAP, EXTRA_BUFFER_LAZY, 8, 3),
 }
 
 
@@ -57,7 +69,12 @@ def case(request, tmp_path_factory):
 def test_our_worker_serves_it(case):
     name, _, server, _ = case
     worker = "DFlashOverlapWorker" if name.startswith("overlap") else "DFlashWorker"
-    assert f"DFLASH served by dflash_sglang.worker.{worker}" in server.log_path.read_text()
+    log = server.log_path.read_text()
+    assert f"DFLASH served by dflash_sglang.worker.{worker}" in log
+    if "-w12-" in name:  # the drafter reads its last 12 tokens from a ring of 12 + 4 slots each
+        assert "draft window 12: draft KV pool of" in log and " x 16), target pool" in log
+    if "lazy" in name:  # SGLang took the lazy strategy (its tracking planned at schedule time)
+        assert "'mamba_radix_cache_strategy': 'extra_buffer_lazy'" in log
 
 
 def test_one_at_a_time_and_concurrent_equal_the_target_alone(case):
