@@ -17,7 +17,7 @@ def target_distribution(logits: torch.Tensor, sampling_info, block_size: int) ->
     logits = logits.float().view(-1, block_size, vocab)
 
     def per_row(values: torch.Tensor) -> torch.Tensor:
-        return values.view(-1, 1, 1).to(logits.device)
+        return values.view(-1, 1, 1)  # SGLang keeps sampling parameters on the logits' device
 
     probs = torch.softmax(logits / per_row(sampling_info.temperatures.float()), dim=-1)
     sorted_probs, order = probs.sort(dim=-1, descending=True)
