@@ -1,6 +1,7 @@
-"""Is a server's sampling the target's own law? A chi-square goodness-of-fit test of sampled
-completions (all of one prompt and one length) against the exact probabilities the target model
-gives each observed completion at a temperature."""
+"""Is a server's sampling the target's own law? Two tests of sampled completions (all of one
+prompt and one length) against the exact probabilities the target model gives at a temperature:
+a chi-square over whole completions, for short ones that repeat, and a sequential probability
+integral transform over every token, for long ones that do not."""
 
 from __future__ import annotations
 
@@ -28,11 +29,11 @@ def chisquare_pvalue(model, prompt: list[int], completions: list[list[int]], tem
 def sequential_pit_pvalue(
     model, prompt: list[int], completions: list[list[int]], temperature: float
 ) -> float:
-    """For long completions, where no completion repeats: the randomized probability integral
-    transform of every token under the target's law given its sampled prefix,
-    u = P(more likely than x) + v * P(x) with v ~ U(0, 1), is exactly i.i.d. uniform when the completions
-    follow the target's law (the Rosenblatt transform); a Kolmogorov-Smirnov test checks it.
-    Every position counts, so a small error in any step's conditional law shows."""
+    """The randomized probability integral transform of every token under the target's law
+    given its sampled prefix, u = P(more likely than x) + v * P(x) with v ~ U(0, 1), is exactly
+    i.i.d. uniform when the completions follow the target's law (the Rosenblatt transform); a
+    Kolmogorov-Smirnov test checks it. Every position counts, so an error in any step's
+    conditional law shows."""
     seqs = torch.tensor([prompt + list(c) for c in completions])
     with torch.no_grad():
         logits = model(seqs).logits[:, len(prompt) - 1 : -1].double()

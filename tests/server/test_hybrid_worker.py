@@ -14,7 +14,8 @@
 
 Each: prompts one at a time and concurrently equal the reference; requests that extend a finished
 one (prompt + its output) reuse the cached recurrent state (where the radix cache is on) and still
-equal a fresh decode.
+equal a fresh decode. On the two block-4 cases (sync and overlap worker), sampling at temperature 1
+follows the target's law token by token.
 """
 
 from __future__ import annotations
