@@ -33,6 +33,7 @@ SINK = 0
 class DraftWindow:
     def __init__(self, window: int, block_size: int, max_requests: int, device):
         self.window = window
+        self.max_requests = max_requests
         self.ring = window + block_size
         self.offsets = torch.arange(self.ring, device=device)
         # The first position each request slot's ring holds (set at the request's first prefill).

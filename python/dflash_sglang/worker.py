@@ -154,7 +154,7 @@ class DFlashWorker(BaseSpecWorker):
             "dflash_sglang: draft window %d: draft KV pool of %d slots (%d requests x %d), target pool %d",
             self.window_size,
             self.draft_runner.token_to_kv_pool.size,
-            self.window.start.shape[0],
+            self.window.max_requests,
             self.window.ring,
             self.model_runner.token_to_kv_pool.size,
         )
