@@ -41,3 +41,40 @@ def test_a_server_not_healthy_in_time_is_killed(tmp_path):
         server.start()
     assert started and server.process is None
     assert not psutil.pid_exists(started[0]) or psutil.Process(started[0]).status() == psutil.STATUS_ZOMBIE
+
+
+def test_a_port_lost_to_a_race_is_retried_on_another(tmp_path):
+    """The bind happens tens of seconds after the pick; losing that race is not the server's
+    fault, so start() moves to another port (the launch itself is replaced here: no server runs)."""
+    server = SGLangServer(tmp_path / "no-model", port_range=PORTS, log_dir=tmp_path)
+    tried = []
+
+    def launch_once():
+        tried.append(server.port)
+        if len(tried) == 1:
+            server.log_path.write_text(
+                f"ERROR: [Errno 98] error while attempting to bind on address "
+                f"('127.0.0.1', {server.port}): address already in use\n"
+            )
+            raise ServerError("exited with 1")
+        return server
+
+    server._start_once = launch_once
+    assert server.start() is server
+    assert len(tried) == 2 and tried[0] != tried[1] == server.port
+    assert server.base_url.endswith(f":{server.port}") and str(server.port) in server.log_path.name
+
+
+def test_other_startup_failures_are_not_retried(tmp_path):
+    server = SGLangServer(tmp_path / "no-model", port_range=PORTS, log_dir=tmp_path)
+    tried = []
+
+    def launch_once():
+        tried.append(server.port)
+        server.log_path.write_text("ValueError: no such model\n")
+        raise ServerError("exited with 1")
+
+    server._start_once = launch_once
+    with pytest.raises(ServerError):
+        server.start()
+    assert len(tried) == 1

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -42,9 +43,18 @@ CPU_ARGS = (
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
+# The HTTP port is bound only once the server is up (tens of seconds on CPU), so it must come from
+# a range nobody else draws from meanwhile: not the kernel's ephemeral range (gloo's TCP pairs of
+# a TP server take ports there) and not 22000-29999, where SGLang picks its NCCL port.
+SERVER_PORTS = range(10000, 22000)
+
+
 def free_port(candidates=None) -> int:
-    """A port nothing listens on: the first free one of `candidates`, or one the OS picks."""
-    for port in candidates or [0]:
+    """A port nothing listens on: the first free one of `candidates`, else a random one of
+    SERVER_PORTS."""
+    if candidates is None:
+        candidates = random.sample(SERVER_PORTS, 64)
+    for port in candidates:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
             try:
                 sock.bind((HOST, port))
@@ -118,14 +128,18 @@ class SGLangServer:
         log_dir=None,
     ):
         self.model_path = str(model_path)
-        self.port = port or free_port(port_range)
-        self.base_url = f"http://{HOST}:{self.port}"
         self.args = [*base_args, *map(str, extra_args)]
         self.env = env or {}
         self.timeout = timeout
-        log_dir = Path(log_dir or tempfile.mkdtemp(prefix="sglang-server-"))
-        self.log_path = log_dir / f"server-{self.port}.log"
+        self.log_dir = Path(log_dir or tempfile.mkdtemp(prefix="sglang-server-"))
+        self.port_range, self.port_is_given = port_range, port is not None
+        self._listen_on(port or free_port(port_range))
         self.process: subprocess.Popen | None = None
+
+    def _listen_on(self, port: int) -> None:
+        self.port = port
+        self.base_url = f"http://{HOST}:{port}"
+        self.log_path = self.log_dir / f"server-{port}.log"
 
     def command(self) -> list[str]:
         return [
@@ -136,7 +150,22 @@ class SGLangServer:
             *self.args,
         ]  # fmt: skip
 
-    def start(self) -> SGLangServer:
+    def start(self, bind_attempts: int = 3) -> SGLangServer:
+        """Launch and wait until healthy. A port taken between our pick and the server's bind
+        (a race no pick can rule out) is retried on another port, unless the caller fixed it."""
+        for attempt in range(bind_attempts):
+            try:
+                return self._start_once()
+            except ServerError:
+                lost_the_port = "address already in use" in log_tail(self.log_path, lines=20)
+                if not lost_the_port or self.port_is_given or attempt == bind_attempts - 1:
+                    raise
+                taken = self.port
+                others = None if self.port_range is None else [p for p in self.port_range if p != taken]
+                self._listen_on(free_port(others))
+        raise AssertionError("unreachable")
+
+    def _start_once(self) -> SGLangServer:
         env = {**os.environ, "NO_PROXY": HOST, "no_proxy": HOST, "HF_HUB_OFFLINE": "1", **self.env}
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "wb") as log:
