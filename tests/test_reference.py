@@ -88,6 +88,17 @@ def test_accept_lengths_under_an_oracle_drafter(target, draft, monkeypatch, wron
     assert out.accept_lengths == [expected_len] * 4
 
 
+def five_token_pair():
+    """A target over a 5-token vocabulary and a block-3 drafter: small enough that the joint law
+    of three new tokens can be enumerated for the statistical tests."""
+    shape = TinyShape(
+        vocab_size=5, hidden_size=32, target_layers=4, draft_layers=1, num_features=1,
+        heads=2, kv_heads=1, init_std=0.3,
+    )  # fmt: skip
+    target = tiny_target(shape, seed=11)
+    return target, tiny_draft(target.config, shape, seed=12, block_size=3)
+
+
 def test_sampling_matches_the_target_distribution():
     """Temperature 1: the joint law of the first three new tokens equals the target's own.
 
@@ -96,18 +107,7 @@ def test_sampling_matches_the_target_distribution():
     acceptance, rejection and the bonus token; a chi-square test at p=0.001 must pass, and the
     same samples must fail against the distribution at another temperature (the test has power).
     """
-    shape = TinyShape(
-        vocab_size=5,
-        hidden_size=32,
-        target_layers=4,
-        draft_layers=1,
-        num_features=1,
-        heads=2,
-        kv_heads=1,
-        init_std=0.3,
-    )
-    target = tiny_target(shape, seed=11)
-    draft = tiny_draft(target.config, shape, seed=12, block_size=3)
+    target, draft = five_token_pair()
     prompt = torch.tensor([[0, 3, 1, 2]])
     g = torch.Generator().manual_seed(0)
     samples, accepts = [], []

@@ -7,6 +7,10 @@ One request (batch size 1), as in z-lab's `dflash_generate`:
               verify  target(block) -> one prediction per block position
               commit  accept a prefix (+1 target token), crop the target cache, keep the features
                       of the committed positions as the drafter's next context
+
+With `tree_budget`, verify takes a DDTree draft tree instead of the chain (tree.py): the target
+checks all its nodes in one forward under the ancestor mask, the walk accepts one root path, and
+commit keeps only that path, in path order, in the target cache and the drafter's context.
 """
 
 from __future__ import annotations
@@ -14,9 +18,11 @@ from __future__ import annotations
 import dataclasses
 
 import torch
+from transformers.cache_utils import DynamicCache, DynamicLayer
 
 from .accept import greedy_accept, rejection_accept, sampling_probs
 from .model import DFlashDraftModel, DraftContextCache, target_features
+from .tree import Tree, accept_sampled, build_tree, walk_greedy
 
 
 @dataclasses.dataclass
@@ -54,7 +60,11 @@ def dflash_generate(
     stop_token_ids=(),
     generator: torch.Generator | None = None,
     block_size: int | None = None,
+    tree_budget: int | None = None,
+    tree_topk: int | None = None,
 ) -> DFlashOutput:
+    """Greedy (temperature 0) or sampled decoding; `tree_budget` drafts per step verify as a tree
+    (at most `tree_topk` children per node) instead of the chain of block_size - 1 drafts."""
     config = draft.config
     block = block_size or config.block_size
     device = target.get_input_embeddings().weight.device
@@ -77,37 +87,21 @@ def dflash_generate(
         block_ids = torch.full((1, block), config.mask_token_id, device=device)
         block_ids[0, 0] = result.tokens[-1]
 
-        # draft
         draft_logits = propose(target, draft, block_ids, positions, features, feature_positions, draft_cache)
-        if temperature <= 0:
-            draft_probs, drafts = None, draft_logits.argmax(-1)
+        if tree_budget is None:
+            step = verify_chain(
+                target, block_ids, positions, draft_logits, target_cache, temperature, generator
+            )
         else:
-            draft_probs = sampling_probs(draft_logits, temperature)
-            drafts = pick(draft_logits, temperature, generator)
-        block_ids[:, 1:] = drafts
+            logprobs = torch.log_softmax(draft_logits[0].float(), dim=-1)
+            tree = build_tree(result.tokens[-1], logprobs, tree_budget, tree_topk)
+            step = verify_tree(target, tree, start, target_cache, temperature, generator)
 
-        # verify
-        out = target(
-            block_ids,
-            position_ids=positions,
-            past_key_values=target_cache,
-            use_cache=True,
-            output_hidden_states=True,
-        )
-        if temperature <= 0:
-            accepted = greedy_accept(drafts, out.logits.argmax(-1))
-        else:
-            target_probs = sampling_probs(out.logits, temperature)
-            accepted = rejection_accept(drafts, target_probs, draft_probs, generator)
-
-        # commit: the verified token and the accepted drafts enter both caches
-        committed = int(accepted.lengths[0])
-        new_tokens = accepted.tokens[0, :committed].tolist()
-        if committed < block:  # drop the rejected drafts' keys/values
-            target_cache.crop(committed - block)
-        features = target_features(out.hidden_states, config.target_layer_ids)[:, :committed]
-        feature_positions = positions[:, :committed]
-        start += committed
+        # commit: the verified token and the accepted drafts are now in the target cache
+        new_tokens = step.tokens
+        features = target_features(step.hidden_states, config.target_layer_ids)
+        feature_positions = torch.arange(start, start + len(new_tokens), device=device).view(1, -1)
+        start += len(new_tokens)
 
         emitted = 0
         for token in new_tokens:
@@ -117,3 +111,109 @@ def dflash_generate(
                 break
         result.accept_lengths.append(emitted)
     return result
+
+
+def spec_generate(draft, input_ids, max_new_tokens, temperature=0.0, target=None, stop_token_ids=(),
+                  generator=None) -> torch.Tensor:  # fmt: skip
+    """z-lab's `spec_generate` on `dflash_generate`: one prompt ([1, n] or [n]) in, the prompt
+    followed by the new tokens out ([1, n + new]), ending at the first stop token (kept) or after
+    `max_new_tokens`. The per-step accept lengths are left on `draft.last_accept_lengths`."""
+    if target is None:
+        raise ValueError("spec_generate needs the target model: spec_generate(..., target=target)")
+    if hasattr(input_ids, "keys") and "input_ids" in input_ids:  # transformers 5's chat template
+        input_ids = input_ids["input_ids"]
+    prompt = torch.as_tensor(input_ids)
+    if prompt.dim() == 2 and prompt.shape[0] != 1:
+        raise ValueError(f"spec_generate decodes one prompt at a time, got a batch of {prompt.shape[0]}")
+    prompt = prompt.view(1, -1)
+    out = dflash_generate(
+        target, draft, prompt, max_new_tokens,
+        temperature=temperature, stop_token_ids=stop_token_ids or (), generator=generator,
+    )  # fmt: skip
+    draft.last_accept_lengths = out.accept_lengths
+    new = torch.tensor(out.tokens, dtype=prompt.dtype, device=prompt.device).view(1, -1)
+    return torch.cat([prompt, new], dim=1)
+
+
+@dataclasses.dataclass
+class Verified:
+    tokens: list[int]  # what the step emits: the accepted drafts, then the target's own token
+    hidden_states: tuple[torch.Tensor, ...]  # the target's, at the root and the accepted drafts
+
+
+def verify_chain(
+    target, block_ids, positions, draft_logits, target_cache, temperature, generator
+) -> Verified:
+    """The block [verified token, B-1 drafts] through the target; accept a prefix, crop the rest."""
+    if temperature <= 0:
+        draft_probs, drafts = None, draft_logits.argmax(-1)
+    else:
+        draft_probs = sampling_probs(draft_logits, temperature)
+        drafts = pick(draft_logits, temperature, generator)
+    block_ids[:, 1:] = drafts
+    out = target(
+        block_ids,
+        position_ids=positions,
+        past_key_values=target_cache,
+        use_cache=True,
+        output_hidden_states=True,
+    )
+    if temperature <= 0:
+        accepted = greedy_accept(drafts, out.logits.argmax(-1))
+    else:
+        target_probs = sampling_probs(out.logits, temperature)
+        accepted = rejection_accept(drafts, target_probs, draft_probs, generator)
+    committed = int(accepted.lengths[0])
+    block = block_ids.shape[1]
+    if committed < block:  # drop the rejected drafts' keys/values
+        target_cache.crop(committed - block)
+    hidden = tuple(h[:, :committed] for h in out.hidden_states)
+    return Verified(accepted.tokens[0, :committed].tolist(), hidden)
+
+
+def verify_tree(target, tree: Tree, seq_len: int, target_cache, temperature, generator) -> Verified:
+    """All tree nodes through the target in one forward (node i at position seq_len + depth[i],
+    seeing the cache, its ancestors and itself); walk to one root path; keep only its K/V."""
+    out = target(
+        tree.tokens.view(1, -1),
+        position_ids=tree.positions(seq_len).view(1, -1),
+        attention_mask=tree_attention_mask(tree, seq_len, target.dtype),
+        past_key_values=target_cache,
+        use_cache=True,
+        output_hidden_states=True,
+    )
+    logits = out.logits[0]
+    if temperature <= 0:
+        path, bonus = walk_greedy(tree, logits.argmax(-1))
+    else:
+        path, bonus = accept_sampled(tree, sampling_probs(logits, temperature), generator)
+    keep_path(target_cache, seq_len, path)
+    index = torch.tensor(path, device=logits.device)
+    hidden = tuple(h.index_select(1, index) for h in out.hidden_states)
+    return Verified(tree.tokens[path[1:]].tolist() + [bonus], hidden)
+
+
+def tree_attention_mask(tree: Tree, past: int, dtype: torch.dtype) -> torch.Tensor:
+    """[1, 1, N, past + N] additive mask for transformers: 0 where node i may look (the whole
+    cached prefix, its ancestors, itself), the dtype's minimum elsewhere (-inf would give NaN rows
+    in eager attention if a row were ever fully masked). A 4D mask is used as given."""
+    ancestors = tree.ancestor_mask()
+    visible = torch.cat([ancestors.new_ones(len(tree), past), ancestors], dim=1)
+    mask = torch.zeros(visible.shape, dtype=dtype, device=tree.tokens.device)
+    return mask.masked_fill_(~visible, torch.finfo(dtype).min).view(1, 1, *visible.shape)
+
+
+def keep_path(cache: DynamicCache, seq_len: int, path: list[int]) -> None:
+    """Compact the cache after a tree verify: keep the prefix, then the path's nodes in path order.
+
+    A node's keys were rotated at seq_len + depth, and the path holds one node per depth, so after
+    compaction slot seq_len + d holds the right key for position seq_len + d.
+    """
+    for layer in cache.layers:
+        if type(layer) is not DynamicLayer:
+            raise NotImplementedError(
+                f"tree verify needs full-attention cache layers, got {type(layer).__name__}"
+            )
+        kept = torch.cat([torch.arange(seq_len), seq_len + torch.tensor(path)]).to(layer.keys.device)
+        layer.keys = layer.keys.index_select(-2, kept)
+        layer.values = layer.values.index_select(-2, kept)
