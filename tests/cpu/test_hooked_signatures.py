@@ -112,6 +112,16 @@ SIGNATURES = {
         "(pairs, dst_indices_raw: torch.Tensor, step_indices_raw: torch.Tensor, "
         "dst_indices2_raw: torch.Tensor | None = None, "
         "step_indices2_raw: torch.Tensor | None = None) -> None",
+    # Tensor parallelism over gloo.
+    "sglang.srt.distributed.parallel_state.init_model_parallel_group":
+        "(group_ranks: List[List[int]], local_rank: int, backend: str, use_pynccl: Optional[bool] = None, "
+        "use_custom_allreduce: Optional[bool] = None, use_message_queue_broadcaster: bool = False, "
+        "group_name: Optional[str] = None, use_mscclpp: Optional[bool] = None, "
+        "use_torch_symm_mem_allreduce: Optional[bool] = None, recovered_rank: bool = False, "
+        "rank_offset: int = 0, max_world_size: Optional[int] = None) -> "
+        "sglang.srt.distributed.parallel_state.GroupCoordinator",
+    "sglang.srt.distributed.parallel_state.GroupCoordinator.all_gather_into_tensor":
+        "(self, output: torch.Tensor, input: torch.Tensor)",
 }  # fmt: skip
 
 # Attributes the stand-ins read or set besides their targets.
@@ -128,6 +138,8 @@ RELIED_ON = [
     ("sglang.kernels.ops.attention.fla.chunk", ["CHUNK_SIZE"]),
     ("sglang.kernels.ops.mamba.causal_conv1d_triton", ["PAD_SLOT_ID"]),
     ("torch.accelerator", ["is_available"]),
+    ("sglang.srt.distributed.parallel_state", ["_group_coordinator_device"]),
+    ("sglang.srt.distributed.parallel_state.GroupCoordinator", ["_all_gather_into_tensor"]),
 ]  # fmt: skip
 
 

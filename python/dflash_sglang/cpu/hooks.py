@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from . import (
     attention,
+    collectives,
     conv,
     embeds,
     gdn,
@@ -56,4 +57,7 @@ HOOKS: tuple[Hook, ...] = (
     Hook(mamba_state.SCATTER_TARGET, mamba_state.scatter_with_mask_on_cpu),
     Hook(mamba_state.CONV_SCATTER_TARGET, mamba_state.scatter_with_mask_on_cpu),
     Hook(mamba_state.CONV_SCATTER_MULTI_TARGET, mamba_state.conv_scatter_multi_on_cpu),
+    # Tensor parallelism over gloo (--tp-size > 1 on a cpu server).
+    Hook(collectives.PARALLEL_GROUP_TARGET, collectives.group_without_pynccl_on_cpu),
+    Hook(collectives.ALL_GATHER_TARGET, collectives.all_gather_into_tensor_on_cpu),
 )

@@ -1,0 +1,150 @@
+"""Our worker at --tp-size 2 on CPU (gloo, one core per rank), in real SGLang servers on 127.0.0.1:
+the drafter sharded like the target, the TP-safe draft argmax, and every rank committing rank 0's
+tokens. Greedy outputs equal a no-spec --tp-size 2 server and the engine-free (TP=1) reference
+token for token, 5 prompts one at a time, 8 concurrent and on a radix-cache hit, under the overlap
+worker (also with the reference's verify-step counts: the sharded drafter drafts what the
+unsharded one does) and under the plain worker with a draft window of 8, which the outputs
+outgrow. At temperature 1 the overlap worker samples the target's own law. A hybrid target
+(Gated DeltaNet heads sharded too) equals transformers' greedy decoding under the overlap worker.
+
+Servers: the hybrid one, one refused at startup (attention DP), then one no-spec and one per
+worker (at most two up at once); about 5 minutes in all.
+"""
+
+from __future__ import annotations
+
+import functools
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from dflash_sglang.testing.server import ServerError, SGLangServer
+
+from . import hybrid
+from .conftest import dflash_args
+from .pairs import load, reference
+from .sampling_law import chisquare_pvalue
+
+BLOCK = 4
+MAX_NEW = 24
+TP2 = ["--tp-size", "2"]
+ONE_CORE_PER_RANK = {"SGLANG_CPU_OMP_THREADS_BIND": "0|1"}
+WINDOW = 8  # the plain worker's drafter sees the last 8 committed tokens (the draft window)
+WORKERS = {
+    "overlap": ({"SGLANG_ENABLE_SPEC_V2": "1", **ONE_CORE_PER_RANK}, []),
+    "plain-window": (
+        {"SGLANG_ENABLE_SPEC_V2": "", "SGLANG_ENABLE_DFLASH_SPEC_V2": "", **ONE_CORE_PER_RANK},
+        ["--speculative-draft-window-size", WINDOW],
+    ),
+}
+
+
+def test_hybrid_target_equals_transformers_concurrently_and_on_a_radix_hit(tmp_path):
+    """The tiny Qwen3.5-style pair, overlap worker, extra_buffer state tracking, block 8: six
+    prompts of 1-130 tokens at once, then the longest again from the radix cache (its tracked
+    state reused on both ranks). Its own server, gone before the others start."""
+    pair = hybrid.make_hybrid_pair(tmp_path)
+    args = [*TP2, *hybrid.HYBRID_ARGS, *hybrid.EXTRA_BUFFER, *dflash_args(pair, hybrid.BLOCK)]
+    env = {**hybrid.HYBRID_ENV, **WORKERS["overlap"][0]}
+    prompts = hybrid.prompts()
+    want = [hybrid.greedy(pair.target, ids, MAX_NEW) for ids in prompts]
+    with SGLangServer(pair.target, args, env=env) as server:
+        with ThreadPoolExecutor(len(prompts)) as pool:
+            outs = list(pool.map(lambda ids: hybrid.generate(server, ids, MAX_NEW), prompts))
+        again = hybrid.generate(server, prompts[-1], MAX_NEW)
+    assert [out["output_ids"] for out in outs] == want
+    assert any(out["meta_info"]["spec_accept_length"] > 1 for out in outs)
+    assert again["meta_info"]["cached_tokens"] >= hybrid.TRACK_INTERVAL
+    assert again["output_ids"] == want[-1]
+
+
+def test_dp_attention_is_refused_at_startup_naming_the_option(pair8):
+    dp_attention = ["--dp-size", "2", "--enable-dp-attention", "--enable-dp-lm-head"]
+    args = [*TP2, *dp_attention, *dflash_args(pair8, BLOCK)]
+    with pytest.raises(ServerError) as err:
+        SGLangServer(pair8.target, args, env=WORKERS["overlap"][0], timeout=240).start()
+    log = err.value.args[0]
+    assert "DFlashConfigError: --enable-dp-attention" in log
+    assert "DFLASH_SGLANG_WORKER=builtin" in log
+
+
+@pytest.fixture(scope="module")
+def pair(pair8):
+    return pair8
+
+
+@pytest.fixture(scope="module")
+def nospec(pair):
+    args = [*TP2, "--disable-overlap-schedule"]
+    with SGLangServer(pair.target, args, env=ONE_CORE_PER_RANK) as server:
+        yield server
+
+
+@pytest.fixture(scope="module", params=sorted(WORKERS))
+def dflash(request, pair, nospec):
+    env, extra = WORKERS[request.param]
+    with SGLangServer(pair.target, [*TP2, *dflash_args(pair, BLOCK), *extra], env=env) as server:
+        server.kind = request.param
+        yield server
+
+
+@pytest.fixture(scope="module")
+def prompt_ids(pair):
+    tokenizer = load(pair.target, pair.draft)[0]
+    words = "the quick brown fox jumps over the lazy dog while a small bird sings".split()
+    texts = [" ".join(words[: 2 + 3 * i]) for i in range(8)]
+    return [tokenizer(text)["input_ids"] for text in texts]
+
+
+@pytest.fixture(scope="module")
+def expected(nospec, prompt_ids):
+    return [out["output_ids"] for out in nospec.generate(prompt_ids, MAX_NEW)]
+
+
+def test_both_ranks_serve_our_worker(dflash):
+    log = dflash.log_path.read_text()
+    worker = "DFlashOverlapWorker" if dflash.kind == "overlap" else "DFlashWorker"
+    for rank in ("TP0", "TP1"):
+        assert f"{rank}] dflash_sglang: DFLASH served by dflash_sglang.worker.{worker}" in log
+
+
+def test_greedy_equals_nospec_tp2_and_the_reference_one_at_a_time(pair, dflash, prompt_ids, expected):
+    accepted_more_than_one = 0
+    for ids, want in zip(prompt_ids[:5], expected[:5], strict=True):
+        out = dflash.generate(ids, MAX_NEW)
+        ref = reference(pair, ids, MAX_NEW, BLOCK)
+        assert out["output_ids"] == want == ref.tokens
+        if dflash.kind == "overlap":  # the reference has no window
+            assert out["meta_info"]["spec_verify_ct"] == len(ref.accept_lengths)  # the same drafts
+        accepted_more_than_one += max(ref.accept_lengths) > 1
+    assert accepted_more_than_one >= 3  # the accept path ran, not only rejections
+
+
+def test_eight_concurrent_requests_and_radix_hits(dflash, prompt_ids, expected):
+    with ThreadPoolExecutor(8) as pool:
+        outs = list(pool.map(lambda ids: dflash.generate(ids, MAX_NEW), prompt_ids))
+    assert [out["output_ids"] for out in outs] == expected
+    # Every prompt was served before: the prefix comes from the radix cache on both ranks.
+    again = dflash.generate(prompt_ids[-1], MAX_NEW)
+    assert again["meta_info"]["cached_tokens"] > 0
+    assert again["output_ids"] == expected[-1]
+
+
+@pytest.mark.parametrize("dflash", ["overlap"], indirect=True)  # rank agreement is one module for both
+def test_sampling_follows_the_target_law_and_greedy_stays_exact(pair, dflash, prompt_ids, expected):
+    """Temperature 1: the first three tokens of 200 completions follow the target's joint law
+    (chi-square, p > 1e-4; the same samples fail against temperature 0.6). A rank that committed
+    other tokens than rank 0 would desynchronise the next collectives: the greedy requests after
+    it still equal the no-spec server, and the server answers (no hang)."""
+    prompt, n = prompt_ids[3], 200
+    params = {"temperature": 1.0, "max_new_tokens": 3, "ignore_eos": True}
+    sampled = dflash.post("/generate", {"input_ids": [prompt] * n, "sampling_params": params})
+    assert any(out["meta_info"]["spec_accept_length"] > 1 for out in sampled)  # drafts were accepted
+    _, target, _ = load(pair.target, pair.draft)
+    p_value = functools.partial(chisquare_pvalue, target, prompt, [out["output_ids"] for out in sampled])
+    at_1, at_06 = p_value(1.0), p_value(0.6)
+    print(f"chi-square p-values: T=1.0 {at_1:.3g}, T=0.6 {at_06:.3g}")
+    assert at_1 > 1e-4
+    assert at_06 < 1e-6
+    for ids, want in zip(prompt_ids[:3], expected[:3], strict=True):
+        assert dflash.generate(ids, MAX_NEW)["output_ids"] == want
