@@ -162,11 +162,13 @@ class DFlashDraftModel(nn.Module):
     """Parameter names follow the published checkpoints (`layers.{i}.self_attn.q_proj.weight`,
     `fc.weight`, `hidden_norm.weight`, `norm.weight`)."""
 
+    layer_class = DFlashDecoderLayer  # the SGLang drafter swaps in tensor-parallel layers
+
     def __init__(self, config: DFlashConfig):
         super().__init__()
         self.config = config
         d = config.hidden_size
-        self.layers = nn.ModuleList(DFlashDecoderLayer(config, i) for i in range(config.num_hidden_layers))
+        self.layers = nn.ModuleList(self.layer_class(config, i) for i in range(config.num_hidden_layers))
         self.fc = nn.Linear(config.num_target_features * d, d, bias=False)
         self.hidden_norm = Qwen3RMSNorm(d, eps=config.rms_norm_eps)
         self.norm = Qwen3RMSNorm(d, eps=config.rms_norm_eps)
@@ -233,6 +235,19 @@ class DFlashDraftModel(nn.Module):
             return out.transpose(1, 2).flatten(-2)
 
         return self.run_layers(block_embeds, block_positions, attend)
+
+    # ---- z-lab's transformers API ------------------------------------------------------------
+
+    @property
+    def device(self) -> torch.device:
+        return self.fc.weight.device
+
+    def spec_generate(self, input_ids, max_new_tokens: int, temperature: float = 0.0, target=None,
+                      stop_token_ids=(), **kwargs) -> torch.Tensor:  # fmt: skip
+        """`draft.spec_generate(...)` as on the z-lab model cards: [1, prompt + new tokens]."""
+        from .reference import spec_generate  # the reference decodes with this drafter
+
+        return spec_generate(self, input_ids, max_new_tokens, temperature, target, stop_token_ids, **kwargs)
 
     # ---- checkpoints -------------------------------------------------------------------------
 

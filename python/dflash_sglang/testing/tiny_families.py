@@ -1,0 +1,62 @@
+"""Tiny random targets of the other families the seed cards name, in their published on-disk format
+(the real `architectures` and config fields, a few layers, a few experts), each with a drafter.
+
+    llama       LlamaForCausalLM        (Llama-3.1-8B)
+    qwen3_moe   Qwen3MoeForCausalLM     (Qwen3-Coder-30B-A3B: mixture of experts, top-2 of 4 here)
+
+SGLang loads the model class the real checkpoint names, so the path a real deployment takes
+(hidden-state capture, MoE routing and expert kernels) is the one that runs. The tokenizer and
+the drafter are tiny.py's.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+from .tiny import MASK_TOKEN, TinyPair, TinyShape, _init_, build_tokenizer, target_config_fields, tiny_draft
+
+FAMILIES = ("llama", "qwen3_moe")
+
+
+def family_config(family: str, shape: TinyShape, vocab_size: int, eos_token_id: int):
+    common = target_config_fields(shape, vocab_size, eos_token_id)
+    if family == "llama":
+        return LlamaConfig(
+            intermediate_size=shape.intermediate_size, rope_theta=500000.0, **common
+        ), LlamaForCausalLM
+    if family == "qwen3_moe":
+        config = Qwen3MoeConfig(
+            intermediate_size=shape.intermediate_size,
+            moe_intermediate_size=shape.intermediate_size // 2,
+            num_experts=4,
+            num_experts_per_tok=2,
+            norm_topk_prob=True,
+            decoder_sparse_step=1,
+            mlp_only_layers=[],
+            **common,
+        )
+        return config, Qwen3MoeForCausalLM
+    raise ValueError(f"unknown family {family!r}; one of {FAMILIES}")
+
+
+def write_tiny_family_pair(
+    root: str | Path, family: str, seed: int = 0, block_size: int = 8, shape: TinyShape | None = None
+) -> TinyPair:
+    root, shape = Path(root), shape or TinyShape()
+    tokenizer = build_tokenizer()
+    vocab = shape.vocab_size or -(-len(tokenizer) // 64) * 64
+    config, model_class = family_config(family, shape, vocab, tokenizer.eos_token_id)
+    target = model_class(config)
+    _init_(target, shape.init_std, torch.Generator().manual_seed(seed))
+    with torch.no_grad():
+        target.lm_head.weight[shape.hot_token_ids()] *= 20
+    target.generation_config.eos_token_id = tokenizer.eos_token_id
+    target.eval().save_pretrained(root / "target")
+    tokenizer.save_pretrained(root / "target")
+    mask_id = tokenizer.convert_tokens_to_ids(MASK_TOKEN)
+    draft = tiny_draft(target.config, shape, seed + 1, block_size, mask_token_id=mask_id)
+    draft.save_pretrained(root / "draft")
+    return TinyPair(root / "target", root / "draft")

@@ -1,0 +1,48 @@
+"""Target families beyond dense Qwen3 (testing/tiny_families.py: Llama, Qwen3-MoE), each in the
+model class its real checkpoint loads, in real SGLang servers on CPU (float32): our overlap worker
+(block 4, host-sync check on) equals a no-spec server of the same target token for token, one at a
+time, concurrently, and on radix-cache hits, and its drafts are accepted."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from dflash_sglang.testing.server import SGLangServer
+from dflash_sglang.testing.tiny_families import FAMILIES, write_tiny_family_pair
+
+from .conftest import OVERLAP_CHECKED, dflash_args
+from .pairs import HOT_SHAPE, chat_prompts, load
+
+MAX_NEW = 32
+ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM"}
+
+
+@pytest.fixture(scope="module", params=FAMILIES)
+def family(request, tmp_path_factory):
+    pair = write_tiny_family_pair(tmp_path_factory.mktemp(request.param), request.param, shape=HOT_SHAPE)
+    tokenizer = load(pair.target, pair.draft)[0]
+    prompts = [tokenizer(p)["input_ids"] for p in chat_prompts(6)]
+    with SGLangServer(pair.target, ["--disable-overlap-schedule"]) as nospec:
+        want = [nospec.generate(ids, MAX_NEW)["output_ids"] for ids in prompts]
+    with SGLangServer(pair.target, dflash_args(pair, 4), env=OVERLAP_CHECKED) as server:
+        yield request.param, server, prompts, want
+
+
+def test_the_real_model_class_runs(family):
+    name, server, _, _ = family
+    log = server.log_path.read_text()
+    assert ARCHITECTURES[name] in log
+    assert "DFLASH served by dflash_sglang.worker.DFlashOverlapWorker" in log
+
+
+def test_alone_concurrent_and_radix_hits_equal_nospec(family):
+    _, server, prompts, want = family
+    alone = [server.generate(ids, MAX_NEW) for ids in prompts]
+    assert [out["output_ids"] for out in alone] == want
+    assert max(out["meta_info"]["spec_accept_length"] for out in alone) > 1  # drafts were accepted
+    with ThreadPoolExecutor(len(prompts)) as pool:  # every prompt is cached by now
+        together = list(pool.map(lambda ids: server.generate(ids, MAX_NEW), prompts))
+    assert [out["output_ids"] for out in together] == want
+    assert min(out["meta_info"]["cached_tokens"] for out in together) > 0
