@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: install test lint serve demo bench tiny-pair
+.PHONY: install test lint serve demo bench tiny-pair gpu-check
 
 install:
 	python3 -m venv $(VENV)
@@ -37,3 +37,10 @@ bench:
 # the standard library's source: deterministic on one machine (one thread), about an hour on a CPU core.
 tiny-pair:
 	$(PY) -m dflash_sglang.train.tiny_pair --out python/dflash_sglang/assets/tiny-pair
+
+# Our drafter, the verify-side math and a Qwen3-8B-shaped target timed on this machine's GPU with
+# torch and transformers only, eager and CUDA-graph replayed; tiny shapes on a CPU (docs/gpu.md).
+# Needs no install: `make gpu-check PY=python3` on a machine with only torch and transformers.
+GPU_CHECK_ARGS ?=
+gpu-check:
+	PYTHONPATH=python $(PY) -m dflash_sglang.gpu_check --markdown docs/gpu-check.md --json docs/gpu-check.json $(GPU_CHECK_ARGS)

@@ -7,40 +7,9 @@ import pytest
 from transformers import Qwen3Config
 
 from dflash_sglang.config import DFlashConfig, DFlashConfigError, default_target_layer_ids
+from dflash_sglang.gpu_check.shapes import QWEN3_8B_DRAFT
 
-# z-lab/Qwen3-8B-DFlash-b16's config.json, as published.
-QWEN3_8B_DRAFT = {
-    "architectures": ["DFlashDraftModel"],
-    "attention_bias": False,
-    "attention_dropout": 0.0,
-    "auto_map": {"AutoModel": "dflash.DFlashDraftModel"},
-    "block_size": 16,
-    "bos_token_id": 151643,
-    "dflash_config": {"mask_token_id": 151669, "target_layer_ids": [1, 9, 17, 25, 33]},
-    "dtype": "bfloat16",
-    "eos_token_id": 151645,
-    "head_dim": 128,
-    "hidden_act": "silu",
-    "hidden_size": 4096,
-    "initializer_range": 0.02,
-    "intermediate_size": 12288,
-    "layer_types": ["full_attention"] * 5,
-    "max_position_embeddings": 40960,
-    "max_window_layers": 5,
-    "model_type": "qwen3",
-    "num_attention_heads": 32,
-    "num_hidden_layers": 5,
-    "num_key_value_heads": 8,
-    "num_target_layers": 36,
-    "rms_norm_eps": 1e-06,
-    "rope_scaling": None,
-    "rope_theta": 1000000,
-    "sliding_window": None,
-    "tie_word_embeddings": False,
-    "use_cache": True,
-    "use_sliding_window": False,
-    "vocab_size": 151936,
-}
+# z-lab/Qwen3-8B-DFlash-b16's config.json, as published (one copy, shared with make gpu-check).
 QWEN3_8B_TARGET = {"hidden_size": 4096, "num_hidden_layers": 36, "vocab_size": 151936}
 
 

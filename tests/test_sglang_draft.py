@@ -17,3 +17,23 @@ def test_drafter_windows_follow_sglangs_convention():
     config = DFlashConfig.from_dict(raw)
     assert sglang_window(config, 0) == get_dflash_attention_sliding_window_size(raw) == 15
     assert sglang_window(config, 1) == -1
+
+
+def test_checkpoint_names_map_onto_the_sharded_layers():
+    """Published names (q_proj, gate_proj, ...) land in the fused parallel layers with their shard
+    id; every other name is its own parameter. The expected shapes are the plain model's."""
+    from dflash_sglang.config import DFlashConfig
+    from dflash_sglang.model import DFlashDraftModel
+    from dflash_sglang.sglang_layers import checkpoint_shapes, parameter_of
+
+    raw = {"architectures": ["DFlashDraftModel"], "hidden_size": 64, "num_hidden_layers": 2,
+           "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 128,
+           "dflash_config": {"mask_token_id": 3, "target_layer_ids": [1, 2]}}  # fmt: skip
+    config = DFlashConfig.from_dict(raw)
+    shapes = checkpoint_shapes(config)
+    plain = DFlashDraftModel(config)
+    assert shapes == {name: p.shape for name, p in plain.named_parameters()}
+    assert parameter_of("layers.1.self_attn.k_proj.weight") == ("layers.1.self_attn.qkv_proj.weight", "k")
+    assert parameter_of("layers.0.mlp.up_proj.weight") == ("layers.0.mlp.gate_up_proj.weight", 1)
+    assert parameter_of("layers.0.self_attn.o_proj.weight") == ("layers.0.self_attn.o_proj.weight", None)
+    assert parameter_of("fc.weight") == ("fc.weight", None)

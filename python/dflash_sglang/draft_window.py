@@ -88,6 +88,31 @@ class DraftWindow:
         return torch.where(positions >= per_token_len - self.window, slots, torch.full_like(slots, SINK))
 
 
+def refuse_unsupported_setups(server_args, window: int) -> None:
+    """Setups the ring cannot serve fail at startup, naming both options.
+
+    Paged attention backends read a request's KV a page at a time from page-aligned slots; the ring
+    is neither page-aligned nor read from a page-aligned start. The hierarchical cache backs up and
+    restores draft KV by target slot id, and PD disaggregation sends it by target slot id: ring
+    slots are not target slot ids."""
+    option = f"--speculative-draft-window-size {window}"
+    if server_args.page_size is not None and server_args.page_size > 1:
+        raise DFlashConfigError(
+            f"{option} with --page-size {server_args.page_size}: the draft window's ring is not "
+            "page-aligned; use --page-size 1 or no draft window"
+        )
+    if server_args.enable_hierarchical_cache:
+        raise DFlashConfigError(
+            f"{option} with --enable-hierarchical-cache: the ring's draft KV cannot be backed up by "
+            "target slot id; drop one of the two"
+        )
+    if server_args.disaggregation_mode not in (None, "null"):
+        raise DFlashConfigError(
+            f"{option} with --disaggregation-mode {server_args.disaggregation_mode}: the ring's draft "
+            "KV cannot be transferred by target slot id; drop the draft window"
+        )
+
+
 def allocate_window_pool(
     draft_worker, memory_pool_config, req_to_token_pool, allocator, window: int, block_size: int, device
 ) -> DraftWindow:

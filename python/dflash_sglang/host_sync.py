@@ -14,9 +14,11 @@ Enabled in a server with DFLASH_SGLANG_CHECK_HOST_SYNC=1 (a debugging switch; it
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from collections.abc import Iterable
+from contextvars import ContextVar
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -35,15 +37,34 @@ HOST_READS = {
     torch.Tensor.__float__: "float(tensor)",
     torch.Tensor.__index__: "index(tensor)",
 }
+# Batch fields SGLang builds on the host although their names lack `_cpu`.
+HOST_FIELDS = ("extend_input_logprob_token_ids",)
 # Files whose host reads are not on a GPU's path: CPU-only stand-ins for GPU kernels.
 CPU_ONLY_FILES = (
     os.path.join("sglang", "srt", "layers", "attention", "torch_native_backend.py"),
+    # SGLang's torch MoE for CPU (UnquantizedFusedMoEMethod.forward_cpu); GPUs run fused kernels.
+    os.path.join("sglang", "srt", "layers", "moe", "fused_moe_native.py"),
     os.path.join("dflash_sglang", "cpu", ""),
 )
 
 
 class HostSyncError(RuntimeError):
     """A step read device data on the host (a GPU host sync)."""
+
+
+# Set inside `allowed(reason)`: a host read the step needs by design (grammar masks).
+_allowed_reason: ContextVar[str | None] = ContextVar("dflash_host_sync_allowed", default=None)
+
+
+@contextlib.contextmanager
+def allowed(reason: str):
+    """Host reads inside are intended: only requests that need them (grammar) take this path, and
+    the reason says why. SGLang's own speculative workers share these syncs."""
+    token = _allowed_reason.set(reason)
+    try:
+        yield
+    finally:
+        _allowed_reason.reset(token)
 
 
 def enabled() -> bool:
@@ -72,7 +93,7 @@ def step_inputs(batch) -> list[torch.Tensor]:
         value
         for owner in owners
         for name, value in vars(owner).items()
-        if isinstance(value, torch.Tensor) and "_cpu" not in name
+        if isinstance(value, torch.Tensor) and "_cpu" not in name and name not in HOST_FIELDS
     ]
     device_ids = {id(tensor) for tensor in device}
     for owner in owners:
@@ -106,6 +127,8 @@ class DeviceDataGuard(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if _allowed_reason.get() is not None:
+            return func(*args, **kwargs)
         if func in HOST_READS and holds_device_data(args[0]) and not _called_from_cpu_only_code():
             raise HostSyncError(
                 f"{HOST_READS[func]} on device data inside a DFlash step: on a GPU this blocks the "

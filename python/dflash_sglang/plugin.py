@@ -52,7 +52,7 @@ def register() -> None:
         return
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
-    from . import cli_aliases, startup_checks
+    from . import cli_aliases, request_checks, startup_checks
     from .cpu import install as install_cpu_stand_ins
 
     install_cpu_stand_ins()
@@ -73,6 +73,7 @@ def register() -> None:
     HookRegistry.register(
         "sglang.srt.arg_groups.speculative_hook._handle_dflash", _resolve_schedule, HookType.AFTER
     )
+    HookRegistry.register(request_checks.TARGET, request_checks.refuse_unsupported_requests, HookType.AROUND)
 
 
 def _resolve_schedule(result, server_args):

@@ -1,7 +1,8 @@
 """The draft model as SGLang's model runner loads it (`architectures: ["DFlashDraftModel"]`).
 
-It is the plain-PyTorch `model.DFlashDraftModel` (same modules, same parameter names, same math)
-with SGLang's paged attention plugged in: each layer attends through a `RadixAttention` over the
+It is the plain-PyTorch `model.DFlashDraftModel` (same math, same checkpoint names) with its
+decoder layers sharded over the TP ranks like the target (sglang_layers.py) and SGLang's paged
+attention plugged in: each layer attends through a `RadixAttention` over this rank's heads of the
 draft KV pool, which holds the injected context keys/values of every committed position. Full
 layers are `ENCODER_ONLY` (non-causal over context + block), sliding layers causal with a window.
 
@@ -11,6 +12,7 @@ with the target's embedding, and calls `write_context_kv` to inject committed ta
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 
 import torch
@@ -22,6 +24,9 @@ from torch import nn
 
 from . import model as plain
 from .config import DFlashConfig, DFlashConfigError
+from .sglang_layers import ShardedDecoderLayer, checkpoint_shapes, load_checkpoint
+
+logger = logging.getLogger(__name__)
 
 
 def sglang_window(config: DFlashConfig, layer: int) -> int:
@@ -36,31 +41,46 @@ def draft_config_of(hf_config) -> DFlashConfig:
     return DFlashConfig.from_dict(hf_config.to_dict())
 
 
+def refuse_unsupported_parallelism() -> None:
+    """Tensor parallelism runs; attention DP and context parallelism do not yet (docs/parallel.md)."""
+    parallel = get_parallel()
+    if parallel.attn_dp_enabled:
+        raise DFlashConfigError(
+            "--enable-dp-attention: dflash_sglang's worker does not run DP attention yet (--tp-size "
+            "alone is supported); use DFLASH_SGLANG_WORKER=builtin for DP attention"
+        )
+    if parallel.attn_cp_size > 1:
+        raise DFlashConfigError(
+            f"--attn-cp-size {parallel.attn_cp_size}: dflash_sglang's worker does not run context "
+            "parallelism yet (--tp-size alone is supported); use DFLASH_SGLANG_WORKER=builtin"
+        )
+
+
 class DFlashDraftModel(plain.DFlashDraftModel):
+    layer_class = ShardedDecoderLayer  # sharded like the target over SGLang's TP group
+
     def __init__(self, config, quant_config=None, prefix: str = "") -> None:
         if quant_config is not None:
             raise DFlashConfigError("quantized DFlash drafters are not supported by dflash_sglang yet")
-        if get_parallel().tp_size != 1:
-            raise DFlashConfigError(
-                f"tp_size = {get_parallel().tp_size}: dflash_sglang's drafter runs with tp_size 1 "
-                "for now; use DFLASH_SGLANG_WORKER=builtin for tensor-parallel drafting"
-            )
+        refuse_unsupported_parallelism()
         super().__init__(draft_config_of(config))
         self.hf_config = config
         dflash = self.config
+        self.checkpoint_shapes = checkpoint_shapes(dflash)
         self.radix = nn.ModuleList(
             RadixAttention(
-                num_heads=dflash.num_attention_heads,
+                num_heads=layer.self_attn.heads,  # this rank's
                 head_dim=dflash.head_dim,
                 scaling=dflash.head_dim**-0.5,
-                num_kv_heads=dflash.num_key_value_heads,
+                num_kv_heads=layer.self_attn.kv_heads,
                 layer_id=i,
                 sliding_window_size=sglang_window(dflash, i),
                 attn_type=AttentionType.DECODER if dflash.is_causal(i) else AttentionType.ENCODER_ONLY,
             )
-            for i in range(dflash.num_hidden_layers)
+            for i, layer in enumerate(self.layers)
         )
         self.block_size = dflash.block_size
+        self._loaded = False  # the startup load is strict; later loads are weight updates
 
     # ---- what SGLang's model runner calls ----------------------------------------------------
 
@@ -92,24 +112,20 @@ class DFlashDraftModel(plain.DFlashDraftModel):
         return cos.view(*positions.shape, -1), sin.view(*positions.shape, -1)
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
-        params = dict(self.named_parameters())
-        loaded = set()
-        for name, tensor in weights:
-            name = name.removeprefix("model.")
-            if name not in params:
-                if "rotary_emb" in name:
-                    continue
-                raise ValueError(f"drafter checkpoint has a weight the config does not: {name}")
-            if params[name].shape != tensor.shape:
-                raise ValueError(
-                    f"drafter weight {name} has shape {tuple(tensor.shape)}, the config expects "
-                    f"{tuple(params[name].shape)}"
-                )
-            params[name].data.copy_(tensor)
-            loaded.add(name)
-        missing = sorted(set(params) - loaded)
+        """The first load (startup) is strict: every weight of the config, no other, right shapes.
+        Later loads are weight updates (`/update_weights_from_disk`, `..._from_tensor`), which
+        SGLang sends to the target and the drafter alike: the drafter takes only tensors named as
+        its own (`fc.weight`, `layers.N...`), so a target checkpoint (`model.layers.N...`,
+        `lm_head.weight`) leaves it unchanged instead of landing in same-shaped drafter layers."""
+        strict = not self._loaded
+        loaded = load_checkpoint(self, weights, self.checkpoint_shapes, strict=strict)
+        if not strict:
+            logger.info("dflash_sglang: weight update: %d drafter tensors updated", len(loaded))
+            return
+        missing = sorted(set(self.checkpoint_shapes) - loaded)
         if missing:
             raise ValueError(f"drafter checkpoint lacks weights: {missing[:5]}")
+        self._loaded = True
 
     # ---- KV injection ------------------------------------------------------------------------
 

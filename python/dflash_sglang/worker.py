@@ -36,7 +36,6 @@ from sglang.srt.model_executor.forward_batch_info import (
 from sglang.srt.runtime_context import get_memory, get_parallel, get_spec
 from sglang.srt.speculative.base_spec_worker import BaseSpecWorker
 from sglang.srt.speculative.dflash_info import DFlashVerifyInput
-from sglang.srt.speculative.dflash_utils import apply_dflash_verify_logits_adjustments
 from sglang.srt.speculative.draft_worker_common import (
     build_draft_tp_worker,
     make_draft_block_spec_info,
@@ -45,13 +44,19 @@ from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 from sglang.srt.utils import async_h2d
 
 from . import host_sync
-from .accept import Acceptance, greedy_accept, rejection_accept
+from .accept import Acceptance, greedy_accept
 from .config import DFlashConfigError
-from .draft_window import DraftWindow, allocate_window_pool
+from .draft_window import DraftWindow, allocate_window_pool, refuse_unsupported_setups
 from .hybrid import RecurrentStateCommit
-from .sampling import target_distribution, vocab_parallel_argmax
+from .penalties import PenaltyLedger, PenaltyParams
+from .request_outputs import attach_request_outputs
+from .sampled_verify import sampled_accept
+from .sampling import vocab_parallel_argmax
+from .sampling_prewarm import prewarm_sampled_verify
 from .spec_info import DFlashDraftState
 from .streams import DrafterStream, drafter_stream_wanted
+from .tp_agreement import TpAgreement, draft_scope
+from .verify_logits import adjust_verify_logits, grammar_tree
 
 logger = logging.getLogger(__name__)
 
@@ -75,13 +80,15 @@ class DFlashWorker(BaseSpecWorker):
         self._target_worker = target_worker
         self.model_runner = target_worker.model_runner
         self.device = target_worker.device
-        bundle = build_draft_tp_worker(
-            server_args=server_args,
-            gpu_id=gpu_id,
-            nccl_port=nccl_port,
-            target_model_config=self.model_runner.model_config,
-            algo_label="DFLASH",
-        )
+        self.tp = TpAgreement()  # every TP rank commits rank 0's tokens (tp_agreement.py)
+        with draft_scope(self.model_runner):  # sharded like the target, as SGLang builds drafters
+            bundle = build_draft_tp_worker(
+                server_args=server_args,
+                gpu_id=gpu_id,
+                nccl_port=nccl_port,
+                target_model_config=self.model_runner.model_config,
+                algo_label="DFLASH",
+            )
         self._draft_worker = bundle.draft_worker
         self.draft_runner = bundle.draft_model_runner
         self.draft_model = bundle.draft_model
@@ -104,8 +111,11 @@ class DFlashWorker(BaseSpecWorker):
         )
         # SGLang checked window >= block; the ring and its private pool come with the pools.
         self.window_size = get_spec().speculative_draft_window_size
+        if self.window_size is not None:
+            refuse_unsupported_setups(server_args, self.window_size)
         self.window: DraftWindow | None = None
         self.drafter = DrafterStream(self.device, enabled=self.wants_drafter_stream(server_args))
+        self.penalties: PenaltyLedger | None = None  # allocated by the first penalised request
         self.check_host_sync = host_sync.enabled()
         logger.info(
             "dflash_sglang: DFLASH served by %s.%s (%s schedule, drafter stream %s%s; block size %d, "
@@ -168,6 +178,15 @@ class DFlashWorker(BaseSpecWorker):
         # The draft runs eager for now (no decode graph); the target's verify graphs are SGLang's.
         self._draft_worker.init_cuda_graphs(capture_decode_cuda_graph=False)
 
+    def prewarm_sampling(self):
+        # SGLang sizes the KV pool after this: rehearse our sampled verify's worst-case memory.
+        return prewarm_sampled_verify(self.model_runner, self.block_size)
+
+    def weight_update_runners(self):
+        # The drafter takes only its own tensors from an update (sglang_draft.load_weights): a
+        # target checkpoint leaves it as it is, like a fresh server on the new target would.
+        return [("draft", self.draft_runner)]
+
     def __getattr__(self, name):
         # Everything else (memory info, weight updates, ...) is the target worker's.
         if name == "_target_worker":  # not set yet: no recursion
@@ -184,7 +203,7 @@ class DFlashWorker(BaseSpecWorker):
             if batch.forward_mode.is_idle():
                 return self.idle(on_publish)
             block = self.draft(batch, batch.spec_info)
-            target_out, accepted = self.verify(batch, block)
+            target_out, accepted = self.verify(batch, block, grammar_barrier)
             return self.commit(batch, block, target_out, accepted, on_publish)
 
     # ---- prefill -----------------------------------------------------------------------------
@@ -200,6 +219,8 @@ class DFlashWorker(BaseSpecWorker):
         if batch.forward_mode.is_idle():
             result.next_draft_input = DFlashDraftState.create_idle_input(device=self.device)
             return result
+        result.next_token_ids = self.tp.first_tokens(result.next_token_ids)
+        self.count_first_tokens(batch, result.next_token_ids)
         # Inject the prompt before returning: a radix-cache hit must never find target KV
         # without the matching draft KV.
         extend_lens = async_h2d(batch.extend_lens, dtype=torch.int32, device=self.device)
@@ -222,6 +243,15 @@ class DFlashWorker(BaseSpecWorker):
         result.logits_output.hidden_states = None
         result.next_draft_input = DFlashDraftState.create(result.next_token_ids, batch.seq_lens)
         return result
+
+    def count_first_tokens(self, batch, first_tokens):
+        """Penalties count generated tokens from each request's (re)prefill on (penalties.py)."""
+        if self.penalties is None and PenaltyParams.of(batch.reqs, self.device) is not None:
+            slots = self.model_runner.req_to_token_pool.req_to_token.shape[0]
+            vocab = self.model_runner.model_config.vocab_size
+            self.penalties = PenaltyLedger.allocate(slots, vocab, self.device)
+        if self.penalties is not None:
+            self.penalties.start(batch.req_pool_indices, first_tokens)
 
     def idle(self, on_publish):
         empty = torch.empty((0,), dtype=torch.int64, device=self.device)
@@ -310,9 +340,10 @@ class DFlashWorker(BaseSpecWorker):
 
     # ---- verify ------------------------------------------------------------------------------
 
-    def verify(self, batch, block: Block):
+    def verify(self, batch, block: Block, grammar_barrier=None):
         self.drafter.join()  # the drafts
         size = self.block_size
+        grammar = grammar_tree(batch, block.tokens)  # the drafts' host copy runs during the verify
         verify_input = DFlashVerifyInput(
             draft_token=block.tokens.flatten(),
             positions=block.positions,
@@ -332,15 +363,13 @@ class DFlashWorker(BaseSpecWorker):
         )
         logits = target_out.logits_output.next_token_logits
         info = batch.sampling_info
-        apply_dflash_verify_logits_adjustments(
-            next_token_logits=logits, sampling_info=info, draft_token_num=size
-        )
+        adjust_verify_logits(logits, batch, block.tokens, self.penalties, grammar, grammar_barrier)
         drafts = block.tokens[:, 1:]
         if info is None or info.is_all_greedy:
             accepted = greedy_accept(drafts, logits.argmax(-1).view(-1, size))
         else:  # argmax drafts are point proposals: q is one-hot
-            accepted = rejection_accept(drafts, target_distribution(logits, info, size))
-        return target_out, accepted
+            accepted = sampled_accept(drafts, logits, info, size, reqs=batch.reqs)
+        return target_out, self.tp.accepted(accepted, greedy=info is None or info.is_all_greedy)
 
     # ---- commit ------------------------------------------------------------------------------
 
@@ -364,6 +393,9 @@ class DFlashWorker(BaseSpecWorker):
                 self.draft_runner.token_to_kv_pool, hidden, block.positions, write_ids, commit_lens=lengths
             )
         logits_output.hidden_states = None
+        if self.penalties is not None:
+            self.penalties.commit(batch.req_pool_indices, accepted.tokens, lengths)
+        attach_request_outputs(batch, logits_output, accepted.tokens, lengths, self.block_size)
         return GenerationBatchResult(
             logits_output=logits_output,
             next_token_ids=accepted.tokens.flatten(),
@@ -372,6 +404,8 @@ class DFlashWorker(BaseSpecWorker):
             next_draft_input=DFlashDraftState.create(bonus, new_seq_lens),
             speculative_num_draft_tokens=self.block_size,
             new_seq_lens=new_seq_lens,
+            routed_experts_output=target_out.routed_experts_output,
+            indexer_topk_output=target_out.indexer_topk_output,
         )
 
 

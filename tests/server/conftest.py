@@ -1,11 +1,32 @@
-"""Session-wide pieces of the server tests: one hot tiny pair at block size 8 and one no-spec
-server of its target, shared by every module that compares against plain decoding."""
+"""Session-wide pieces of the server tests, shared by every module that needs them (a server costs
+about a minute to start on this 2-core machine):
+
+- `pair8`: the hot tiny pair, written for block size 8;
+- `nospec8`: a no-spec server of its target under SGLang's synchronous loop, the exact reference:
+  its overlap loop feeds penalties the previous token one step late
+  (`ScheduleBatch.cumulate_penalty_output_tokens` reads `req.output_ids` before the last step's
+  result is processed), so penalised requests differ from the synchronous loop's;
+- `dflash8_overlap` and `dflash8_plain`: our overlap worker (with the host-sync check) and our
+  plain worker at block 4 on that pair.
+All three accept custom logit processors and return_hidden_states, so every request kind the
+request-feature matrix sends reaches them.
+"""
 
 import pytest
 
 from dflash_sglang.testing.server import SGLangServer
 
 from .pairs import make_pair
+
+FEATURE_FLAGS = ["--enable-custom-logit-processor", "--enable-return-hidden-states"]
+SHARED_BLOCK = 4
+OVERLAP_CHECKED = {"SGLANG_ENABLE_SPEC_V2": "1", "DFLASH_SGLANG_CHECK_HOST_SYNC": "1"}
+PLAIN = {"SGLANG_ENABLE_SPEC_V2": "", "SGLANG_ENABLE_DFLASH_SPEC_V2": ""}
+
+
+def dflash_args(pair, block: int) -> list:
+    return ["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", pair.draft,
+            "--speculative-num-draft-tokens", block]  # fmt: skip
 
 
 @pytest.fixture(scope="session")
@@ -15,5 +36,19 @@ def pair8(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def nospec8(pair8):
-    with SGLangServer(pair8.target) as server:
+    with SGLangServer(pair8.target, ["--disable-overlap-schedule", *FEATURE_FLAGS]) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def dflash8_overlap(pair8):
+    args = [*dflash_args(pair8, SHARED_BLOCK), *FEATURE_FLAGS]
+    with SGLangServer(pair8.target, args, env=OVERLAP_CHECKED) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def dflash8_plain(pair8):
+    args = [*dflash_args(pair8, SHARED_BLOCK), *FEATURE_FLAGS]
+    with SGLangServer(pair8.target, args, env=PLAIN) as server:
         yield server

@@ -1,7 +1,8 @@
 """`python -m dflash_sglang.bench` end to end against two live CPU servers of the hot tiny pair:
-our DFLASH worker (block 8) and the shared no-spec server as its baseline. The run writes its
-markdown, JSON and plots; every number in them is a real measurement of this run, checked for
-plausibility and internal consistency (not for speed: timings are not pass/fail)."""
+our DFLASH worker (the session's plain worker, block 4) and the shared no-spec server as its
+baseline. The run writes its markdown, JSON and plots; every number in them is a real
+measurement of this run, checked for plausibility and internal consistency (not for speed:
+timings are not pass/fail)."""
 
 from __future__ import annotations
 
@@ -9,20 +10,16 @@ import matplotlib.image
 import pytest
 
 from dflash_sglang.bench import cli, results
-from dflash_sglang.testing.server import SGLangServer
 
-BLOCK = 8
+BLOCK = 4  # the shared server's (conftest.SHARED_BLOCK)
 CONCURRENCY = [1, 4]
 PROMPTS = 8
 MAX_TOKENS = 24
 
 
 @pytest.fixture(scope="module")
-def dflash(pair8):
-    args = ["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", pair8.draft,
-            "--speculative-num-draft-tokens", BLOCK]  # fmt: skip
-    with SGLangServer(pair8.target, args) as server:
-        yield server
+def dflash(dflash8_plain):
+    return dflash8_plain  # the session's plain worker (conftest.py)
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,8 @@
 Each: prompts one at a time and concurrently equal the reference; requests that extend a finished
 one (prompt + its output) reuse the cached recurrent state (where the radix cache is on) and still
 equal a fresh decode. On the two block-4 cases (sync and overlap worker), sampling at temperature 1
-follows the target's law token by token.
+follows the target's law token by token, and the core of the request-feature matrix (logprobs,
+constrained output, penalties, min_new_tokens, logit_bias) equals a no-spec hybrid server's.
 """
 
 from __future__ import annotations
@@ -156,3 +157,39 @@ def test_full_acceptance_commits_the_last_block_step(tmp_path):
         # a state tracked while decoding: past the prompt, on the 64-token grid
         cached = out["meta_info"]["cached_tokens"]
         assert cached > len(prompt) and cached % TRACK_INTERVAL == 0, (len(prompt), cached)
+
+
+@pytest.fixture(scope="module")
+def hybrid_nospec(tmp_path_factory):
+    """A no-spec server of the block-4 cases' target (same seed and shape), synchronous loop."""
+    pair = write_tiny_hybrid_pair(
+        tmp_path_factory.mktemp("hybrid-nospec-b4"), seed=0, block_size=4, shape=HybridShape(hot_tokens=3)
+    )
+    with SGLangServer(pair.target, [*HYBRID_ARGS, *NO_BUFFER], env=HYBRID_ENV) as server:
+        yield server
+
+
+# The verify runs the chunked delta rule over a block where no-spec runs one recurrent step per
+# token: float32 sums in another order drift logprobs by about 1e-4 over 20 tokens (tokens equal).
+HYBRID_LOGPROB_TOLERANCE = 1e-3
+FEATURES = ["top_logprobs_num", "json_schema", "regex", "all_penalties", "min_new_tokens", "logit_bias"]
+
+
+@pytest.mark.parametrize(
+    "case", ["plain-no_buffer-radix-b4", "overlap-extra_buffer-radix-w12-b4"], indirect=True
+)
+def test_request_features_equal_nospec(case, hybrid_nospec):
+    """The request-feature matrix's core (test_request_features.py) on a hybrid target: logprobs,
+    constrained output and penalties through the recurrent-state commits, alone and together."""
+    from .test_request_features import CASES, assert_same, comparable, send
+
+    _, _, server, _ = case
+    bodies = {name: {**CASES[name][1], "input_ids": prompts()[3]} for name in FEATURES}
+    for name, body in bodies.items():
+        want = comparable(send(hybrid_nospec, "/generate", body))
+        assert_same(comparable(send(server, "/generate", body)), want, name, HYBRID_LOGPROB_TOLERANCE)
+    with ThreadPoolExecutor(len(bodies)) as pool:
+        together = list(pool.map(lambda body: send(server, "/generate", body), bodies.values()))
+    for (name, body), got in zip(bodies.items(), together, strict=True):
+        want = comparable(send(hybrid_nospec, "/generate", body))
+        assert_same(comparable(got), want, name, HYBRID_LOGPROB_TOLERANCE)

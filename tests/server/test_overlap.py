@@ -19,17 +19,11 @@ import pytest
 
 from dflash_sglang.testing.server import ServerError, SGLangServer
 
+from .conftest import OVERLAP_CHECKED, dflash_args
 from .pairs import chat_prompts, load
 
-OVERLAP = {"SGLANG_ENABLE_SPEC_V2": "1", "DFLASH_SGLANG_CHECK_HOST_SYNC": "1"}
-PLAIN = {"SGLANG_ENABLE_SPEC_V2": "", "SGLANG_ENABLE_DFLASH_SPEC_V2": ""}
 MAX_TOKENS = [3, 9, 17, 30, 45, 60, 5, 24, 12, 38]  # lengths that end inside and across blocks
 DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-
-
-def dflash_args(pair, block: int) -> list:
-    return ["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", pair.draft,
-            "--speculative-num-draft-tokens", block]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -55,8 +49,10 @@ def nospec_tokens(nospec8):
 )
 def server(request, pair8):
     mode, block = request.param
-    env = OVERLAP if mode == "overlap" else PLAIN
-    with SGLangServer(pair8.target, dflash_args(pair8, block), env=env) as s:
+    if block == 4:  # the session's shared servers (conftest.py)
+        yield mode, request.getfixturevalue("dflash8_overlap" if mode == "overlap" else "dflash8_plain")
+        return
+    with SGLangServer(pair8.target, dflash_args(pair8, block), env=OVERLAP_CHECKED) as s:
         yield mode, s
 
 
@@ -172,7 +168,7 @@ def write_planted_plugin(root) -> str:
 
 
 def test_the_host_sync_check_catches_a_planted_sync(pair8, tmp_path):
-    env = {**OVERLAP, "PYTHONPATH": write_planted_plugin(tmp_path)}
+    env = {**OVERLAP_CHECKED, "PYTHONPATH": write_planted_plugin(tmp_path)}
     server = SGLangServer(pair8.target, dflash_args(pair8, 4), env=env)
     try:
         with pytest.raises(ServerError):
@@ -188,7 +184,7 @@ def test_the_host_sync_check_catches_a_planted_sync(pair8, tmp_path):
 # SGLang's own retraction test switch: every RETRACT_INTERVAL-th forward retracts the decode batch's
 # least-advanced request (its KV freed, not cached), which re-queues and prefills its prompt plus
 # the tokens generated so far, exactly as under KV pressure.
-RETRACT = {**OVERLAP, "SGLANG_TEST_RETRACT": "1", "SGLANG_TEST_RETRACT_INTERVAL": "4"}
+RETRACT = {**OVERLAP_CHECKED, "SGLANG_TEST_RETRACT": "1", "SGLANG_TEST_RETRACT_INTERVAL": "4"}
 
 
 def test_retracted_requests_resume_and_equal_nospec(pair8, prompt_ids, nospec_tokens):

@@ -1,5 +1,5 @@
-"""Our overlap worker (SGLANG_ENABLE_SPEC_V2=1, SGLang's overlap loop; test_overlap.py runs it with
-every step checked for host syncs), in a real SGLang server on CPU (127.0.0.1), against a
+"""Our overlap worker (SGLANG_ENABLE_SPEC_V2=1, SGLang's overlap loop, every step checked for host
+syncs; the session's shared server), in a real SGLang server on CPU (127.0.0.1), against a
 no-spec server of the same target and against the engine-free reference: greedy outputs token
 for token, verify-step counts, chat completions (plain and streamed), concurrency, short outputs,
 stop strings, radix cache hits, aborts, and bad requests.
@@ -20,8 +20,6 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from dflash_sglang.testing.server import SGLangServer
-
 from .pairs import chat, chat_prompts, load, reference
 from .sampling_law import chisquare_pvalue
 
@@ -41,12 +39,8 @@ def nospec(nospec8):
 
 
 @pytest.fixture(scope="module")
-def dflash(pair):
-    args = ["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", pair.draft,
-            "--speculative-num-draft-tokens", BLOCK]  # fmt: skip
-    env = {"SGLANG_ENABLE_SPEC_V2": "1"}  # no host-sync check: it doubles step time (400 samples)
-    with SGLangServer(pair.target, args, env=env) as server:
-        yield server
+def dflash(dflash8_overlap):
+    return dflash8_overlap  # block 4, every step checked for host syncs (conftest.py)
 
 
 @pytest.fixture(scope="module")

@@ -77,6 +77,15 @@ def pair(tmp_path_factory):
     return make_pair(tmp_path_factory.mktemp("broken"), 8)
 
 
+def assert_startup_fails_naming(pair, args, words) -> None:
+    with pytest.raises(ServerError) as err:
+        SGLangServer(pair.target, args, timeout=240).start()
+    log = err.value.args[0]
+    assert "DFlashConfigError" in log
+    for word in words:
+        assert word in log
+
+
 def break_draft(pair, tmp_path, edit) -> str:
     broken = tmp_path / "draft"
     broken.mkdir()
@@ -105,9 +114,22 @@ def test_broken_drafter_fails_at_startup_naming_the_field(pair, tmp_path, make_d
     draft = make_draft(pair, tmp_path)
     args = ["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", draft,
             "--speculative-num-draft-tokens", "8"]  # fmt: skip
-    with pytest.raises(ServerError) as err:
-        SGLangServer(pair.target, args, timeout=240).start()
-    log = err.value.args[0]
-    assert "DFlashConfigError" in log
-    for word in words:
-        assert word in log
+    assert_startup_fails_naming(pair, args, words)
+
+
+@pytest.mark.parametrize(
+    "flags,words",
+    [
+        (["--page-size", "16"], ["--speculative-draft-window-size 8", "--page-size 16"]),
+        (
+            ["--enable-hierarchical-cache"],
+            ["--speculative-draft-window-size 8", "--enable-hierarchical-cache"],
+        ),
+    ],
+    ids=["window-with-pages", "window-with-hicache"],
+)
+def test_draft_window_setups_it_cannot_serve_fail_at_startup_naming_both(pair, flags, words):
+    args = ["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", pair.draft,
+            "--speculative-num-draft-tokens", "4", "--speculative-draft-window-size", "8",
+            *flags]  # fmt: skip
+    assert_startup_fails_naming(pair, args, words)

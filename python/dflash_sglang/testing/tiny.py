@@ -116,13 +116,11 @@ def _init_(module: torch.nn.Module, std: float, generator: torch.Generator) -> N
                 param.copy_(torch.randn(param.shape, generator=generator) * std)
 
 
-def tiny_target(
-    shape: TinyShape = TinyShape(), seed: int = 0, vocab_size: int | None = None, eos_token_id=None
-):
-    config = Qwen3Config(
-        vocab_size=vocab_size or shape.vocab_size or 512,
+def target_config_fields(shape: TinyShape, vocab_size: int, eos_token_id) -> dict:
+    """The config fields every tiny target shares, whatever its family."""
+    return dict(
+        vocab_size=vocab_size,
         hidden_size=shape.hidden_size,
-        intermediate_size=shape.intermediate_size,
         num_hidden_layers=shape.target_layers,
         num_attention_heads=shape.heads,
         num_key_value_heads=shape.kv_heads,
@@ -131,6 +129,15 @@ def tiny_target(
         tie_word_embeddings=False,
         eos_token_id=eos_token_id,
         dtype="float32",
+    )
+
+
+def tiny_target(
+    shape: TinyShape = TinyShape(), seed: int = 0, vocab_size: int | None = None, eos_token_id=None
+):
+    config = Qwen3Config(
+        intermediate_size=shape.intermediate_size,
+        **target_config_fields(shape, vocab_size or shape.vocab_size or 512, eos_token_id),
     )
     model = Qwen3ForCausalLM(config)
     _init_(model, shape.init_std, torch.Generator().manual_seed(seed))

@@ -1,0 +1,73 @@
+"""Sampled verification of point proposals (argmax drafts) at production sizes.
+
+With q one-hot at each draft d_i, rejection sampling (accept.rejection_accept) needs only
+  p_i(d_i)  at every draft position: accept while u_i < p_i(d_i), and
+  p_a       in full at ONE position a per request: the first rejection, where the token is drawn
+            from normalise(max(p_a - onehot(d_a), 0)) = p_a without d_a, renormalised, or the
+            bonus position B-1 after a fully accepted block, drawn from p_a itself.
+So the [bs, B, V] probabilities of the dense path are never built: target_law.row_laws gives each
+row's kept set and normaliser in bounded chunks, the drafts' p is a gather, and only [bs, V] rows
+(one per request) are materialised for the final draw. Same law as the dense path, exactly.
+
+No host reads of device data: the overlap worker calls this inside a step.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .accept import Acceptance, accepted_prefix_length
+from .target_law import RowLaw, plan_for, row_laws
+
+
+def sampled_accept(
+    drafts: torch.Tensor,
+    logits: torch.Tensor,
+    sampling_info,
+    block_size: int,
+    reqs=None,
+    generator: torch.Generator | None = None,
+) -> Acceptance:
+    """Speculative sampling against SGLang's per-request sampling law, for argmax drafts.
+
+    drafts: [bs, B-1]; logits: [bs * B, V] verify logits (read, not modified: the request outputs
+    read them after); sampling_info: SGLang's SamplingBatchInfo (greedy rows carry top_k = 1);
+    reqs: the batch's requests, whose host-side parameters bound the top-k window.
+    """
+    law = row_laws(logits, sampling_info, block_size, plan_for(sampling_info, logits.shape[-1], reqs))
+    p_draft = draft_probs(law, logits, drafts)
+    bs, n_draft = drafts.shape
+    uniform = torch.rand((bs, n_draft), generator=generator, device=logits.device, dtype=torch.float32)
+    accepted = accepted_prefix_length(uniform < p_draft)
+    extra = torch.multinomial(final_probs(law, logits, drafts, accepted, p_draft), 1, generator=generator)
+    tokens = torch.cat([drafts, drafts.new_zeros(bs, 1)], dim=1)
+    tokens.scatter_(1, accepted.unsqueeze(1), extra)
+    return Acceptance(accepted + 1, tokens)
+
+
+def draft_probs(law: RowLaw, logits: torch.Tensor, drafts: torch.Tensor) -> torch.Tensor:
+    """[bs, B-1]: p_i(d_i), the target's probability of each draft at its position."""
+    bs, n_draft = drafts.shape
+    rows = logits.view(bs, n_draft + 1, -1)[:, :-1]
+    at = torch.arange(bs * (n_draft + 1), device=logits.device).view(bs, -1)[:, :-1]
+    scaled = rows.gather(-1, drafts.unsqueeze(-1)).squeeze(-1).float() / law.temperature[at]
+    return law.log_prob(scaled.flatten().unsqueeze(-1), at.flatten()).exp().view(bs, n_draft)
+
+
+def final_probs(
+    law: RowLaw, logits: torch.Tensor, drafts: torch.Tensor, accepted: torch.Tensor, p_draft: torch.Tensor
+) -> torch.Tensor:
+    """[bs, V]: the law of the one token the target adds at position `accepted` of each request."""
+    bs, n_draft = drafts.shape
+    row = torch.arange(bs, device=logits.device) * (n_draft + 1) + accepted  # [bs] flat row ids
+    scaled = logits.index_select(0, row).float() / law.temperature[row].unsqueeze(-1)
+    log_p = law.log_prob(scaled, row)
+    del scaled
+    # A rejected draft leaves the kept set; if it was all of it, p(d) = 1 and it was not rejected,
+    # so the guard only keeps rounding from emptying a row.
+    padded = torch.cat([drafts, drafts.new_zeros(bs, 1)], dim=1)
+    d_at = padded.gather(1, accepted.unsqueeze(1))
+    p_at = torch.cat([p_draft, p_draft.new_ones(bs, 1)], dim=1).gather(1, accepted.unsqueeze(1))
+    drop = (accepted.unsqueeze(1) < n_draft) & (p_at < 1.0)
+    log_p.scatter_(1, d_at, torch.where(drop, float("-inf"), log_p.gather(1, d_at)))
+    return torch.softmax(log_p, dim=-1)
