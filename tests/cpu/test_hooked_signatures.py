@@ -72,6 +72,11 @@ SIGNATURES = {
         "check_freed_slots: bool = False)",
     "torch.Tensor.pin_memory":
         "pin_memory() -> Tensor",
+    "torch.tensor":
+        "tensor(data, *, dtype=None, device=None, requires_grad=False, pin_memory=False) -> Tensor",
+    "torch.zeros":
+        "zeros(*size, *, out=None, dtype=None, layout=torch.strided, device=None, "
+        "requires_grad=False) -> Tensor",
     "sglang.kernels.ops.mamba.causal_conv1d_triton.causal_conv1d_update":
         "(x: torch.Tensor, conv_state: torch.Tensor, weight: torch.Tensor, "
         "bias: Optional[torch.Tensor] = None, activation: Union[bool, str, NoneType] = None, "

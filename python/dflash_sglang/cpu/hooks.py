@@ -14,6 +14,7 @@ from . import (
     kv_pool,
     mamba_policy,
     mamba_state,
+    pinning,
     policy,
     qwen3_5_elementwise,
     req_to_token,
@@ -51,6 +52,7 @@ HOOKS: tuple[Hook, ...] = (
     Hook(mamba_state.TRACK_TARGET, mamba_state.track_on_cpu),
     Hook(mamba_state.TRACK_ALL_LAYERS_TARGET, mamba_state.track_all_layers_on_cpu),
     Hook(mamba_policy.PIN_MEMORY_TARGET, mamba_policy.pin_memory_without_accelerator),
+    *(Hook(target, pinning.factory_without_pinning) for target in pinning.FACTORY_TARGETS),  # LoRA
     Hook(conv.UPDATE_TARGET, conv.causal_conv1d_update_on_cpu),
     Hook(gdn.PACKED_DECODE_TARGET, gdn.packed_decode_on_cpu),
     Hook(gdn.RECURRENT_TARGET, gdn.sigmoid_gating_delta_rule_update_on_cpu),
