@@ -72,6 +72,8 @@ SIGNATURES = {
         "check_freed_slots: bool = False)",
     "torch.Tensor.pin_memory":
         "pin_memory() -> Tensor",
+    "torch.cuda.synchronize":
+        "(device: torch.device | str | int | None = None) -> None",
     "torch.tensor":
         "tensor(data, *, dtype=None, device=None, requires_grad=False, pin_memory=False) -> Tensor",
     "torch.zeros":

@@ -6,7 +6,8 @@
   of its tensors);
 - `--page-size` 16 and 64: output equal to the shared no-spec server (page size 1);
 - `--speculative-draft-kv-cache-dtype fp8_e4m3`: output equal, and the drafts stay useful
-  (at least half as many drafts accepted as with the float32 draft KV).
+  (at least half as many drafts accepted as with the float32 draft KV);
+- `/release_memory_occupation` then `/resume_memory_occupation`: output equal afterwards.
 Two servers: the overlap worker (host-sync check on) at page 16, on which the weights change, and
 the plain worker at page 64 with an fp8 draft KV.
 """
@@ -123,3 +124,14 @@ def test_weight_updates_serve_the_new_target(paged16, pair8, other_target, promp
     assert paged16.post("/end_weight_update", {})["success"]
     del named
     assert [r["output_ids"] for r in generate_all(paged16, prompt_ids)] == before
+
+
+def test_release_and_resume_memory_occupation(paged64_fp8, nospec8, prompt_ids):
+    """Without `--enable-memory-saver` (it preloads a CUDA library) SGLang's release flushes the
+    radix cache and stashes the model's static state, and resume restores it: afterwards the server
+    serves as before. Before the CPU layer answered `torch.cuda.synchronize` this request killed
+    the scheduler, no-spec or not."""
+    want = [r["output_ids"] for r in generate_all(nospec8, prompt_ids)]
+    assert paged64_fp8.post("/release_memory_occupation", {}) is None
+    assert paged64_fp8.post("/resume_memory_occupation", {}) is None
+    assert [r["output_ids"] for r in generate_all(paged64_fp8, prompt_ids)] == want

@@ -3,24 +3,18 @@
 extra_buffer (what `--mamba-radix-cache-strategy auto` picks with the overlap scheduler on) keeps
 snapshots of the linear-attention state in extra "track" slots so the radix cache can reuse them.
 Two things stop it on CPU, neither about the computation (the snapshot copies are torch stand-ins,
-see mamba_state.py):
-- `validate_mamba_extra_buffer` asserts a platform whitelist (CUDA, MUSA, NPU, HIP, XPU). For a
-  cpu server the hook answers the platform question with yes while the original validates
-  everything else (track interval vs draft tokens and page size, chunk size);
-- `ScheduleBatch.prepare_for_decode` stages the track mask with `Tensor.pin_memory()`
-  unconditionally, which raises on a host without an accelerator. Pinning only speeds up copies to
-  an accelerator, so with none the tensor itself is the faithful answer.
+see mamba_state.py): `ScheduleBatch.prepare_for_decode` pins the track mask (no_accelerator.py),
+and `validate_mamba_extra_buffer` asserts a platform whitelist (CUDA, MUSA, NPU, HIP, XPU). For a
+cpu server the hook answers the platform question with yes while the original validates everything
+else (track interval vs draft tokens and page size, chunk size).
 """
 
 from __future__ import annotations
 
 from contextvars import ContextVar
 
-import torch
-
 VALIDATE_TARGET = "sglang.srt.arg_groups.mamba_hook.validate_mamba_extra_buffer"
 PLATFORM_TARGET = "sglang.srt.arg_groups.mamba_hook._platform_supports_mamba_cache_extra_buffer"
-PIN_MEMORY_TARGET = "torch.Tensor.pin_memory"
 
 # Set while `validate_mamba_extra_buffer` checks a cpu server.
 _validating_cpu_server: ContextVar[bool] = ContextVar("validating_cpu_server", default=False)
@@ -40,14 +34,3 @@ def validate_extra_buffer_on_cpu(original, view, hf_config, *, mamba_cache_chunk
 def platform_supports_extra_buffer_on_cpu(original):
     """AROUND _platform_supports_mamba_cache_extra_buffer: yes inside a cpu server's validation."""
     return True if _validating_cpu_server.get() else original()
-
-
-def has_accelerator() -> bool:
-    return torch.accelerator.is_available()
-
-
-def pin_memory_without_accelerator(original, tensor, *args, **kwargs):
-    """AROUND Tensor.pin_memory: with no accelerator to copy to, the tensor as it is."""
-    if has_accelerator():
-        return original(tensor, *args, **kwargs)
-    return tensor
