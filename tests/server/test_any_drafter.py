@@ -1,0 +1,132 @@
+"""Any drafter stays lossless: verification makes the output exact whatever the drafts are.
+
+The session's shared servers (our overlap worker with the host-sync check, our plain worker) take
+broken drafters through SGLang's own weight update, addressed to the drafter alone
+(`"selector": "draft"`), and get the original back afterwards. Broken means: random weights, all
+NaN, +/-inf, every weight times 1e30 (activations overflow), and a final norm of zero (every
+draft is token 0, the stop token, which must never end a request early). With each:
+- greedy output equals the no-spec server's, token for token;
+- sampled output (temperature 1) follows the target's own law: sampled verification must not meet
+  a NaN (sequential PIT + KS, p > 1e-4; the pooled samples fail against temperature 0.7);
+- the server keeps serving.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from .pairs import chat_prompts, load
+from .sampling_law import sequential_pit_pvalue
+
+MAX_NEW = 24
+SAMPLES, SAMPLED_LEN = 144, 6
+
+
+def _random(name, weight):
+    return torch.randn(weight.shape, generator=torch.Generator().manual_seed(len(name)))
+
+
+BROKEN = {
+    "random": _random,
+    "nan": lambda name, weight: torch.full_like(weight, float("nan")),
+    "inf": lambda name, weight: torch.where(torch.rand_like(weight) < 0.5, float("inf"), float("-inf")),
+    "overflow": lambda name, weight: weight * 1e30,
+    "always_token_0": lambda name, weight: torch.zeros_like(weight) if name == "norm.weight" else weight,
+}
+
+
+@pytest.fixture(scope="module")
+def drafter_weights(pair8) -> dict:
+    return load_file(str(pair8.draft / "model.safetensors"))
+
+
+def load_drafter(server, named: list) -> None:
+    from sglang.srt.utils import MultiprocessingSerializer
+
+    torch.multiprocessing.set_sharing_strategy("file_system")  # readable by an unrelated process
+    payload = MultiprocessingSerializer.serialize(named, output_str=True)
+    assert server.post("/begin_weight_update", {"selector": "draft"})["success"]
+    reply = server.post(
+        "/update_weights_from_tensor", {"serialized_named_tensors": [payload], "selector": "draft"}
+    )
+    assert reply["success"], reply
+    assert server.post("/end_weight_update", {})["success"]
+
+
+@contextlib.contextmanager
+def drafter(server, weights: dict, kind: str):
+    torch.manual_seed(0)
+    load_drafter(server, [(name, BROKEN[kind](name, w)) for name, w in weights.items()])
+    try:
+        yield
+    finally:
+        load_drafter(server, list(weights.items()))
+
+
+@pytest.fixture(scope="module")
+def prompt_ids(pair8):
+    tokenizer = load(pair8.target, pair8.draft)[0]
+    return [tokenizer(p)["input_ids"] for p in chat_prompts(8)]
+
+
+@pytest.fixture(scope="module")
+def nospec_greedy(nospec8, prompt_ids):
+    return greedy(nospec8, prompt_ids)
+
+
+def greedy(server, prompt_ids) -> list[list[int]]:
+    return [r["output_ids"] for r in greedy_responses(server, prompt_ids)]
+
+
+def greedy_responses(server, prompt_ids) -> list[dict]:
+    with ThreadPoolExecutor(len(prompt_ids)) as pool:
+        return list(pool.map(lambda ids: server.generate(ids, MAX_NEW), prompt_ids))
+
+
+def mean_accept_length(responses) -> float:
+    return sum(r["meta_info"]["spec_accept_length"] for r in responses) / len(responses)
+
+
+def sampled(server, prompt) -> list[list[int]]:
+    params = {"temperature": 1.0, "max_new_tokens": SAMPLED_LEN, "ignore_eos": True}
+    return [
+        r["output_ids"]
+        for r in server.post("/generate", {"input_ids": [prompt] * SAMPLES, "sampling_params": params})
+    ]
+
+
+SAMPLES_SEEN: list = []
+
+
+@pytest.mark.parametrize("kind", sorted(BROKEN))
+@pytest.mark.parametrize("worker", ["dflash8_overlap", "dflash8_plain"])
+def test_a_broken_drafter_leaves_output_exact(
+    worker, kind, request, pair8, drafter_weights, prompt_ids, nospec_greedy
+):
+    server = request.getfixturevalue(worker)
+    with drafter(server, drafter_weights, kind):
+        broken = greedy_responses(server, prompt_ids)
+        assert [r["output_ids"] for r in broken] == nospec_greedy
+        completions = sampled(server, prompt_ids[2])
+    _, target, _ = load(pair8.target, pair8.draft)
+    law = functools.partial(sequential_pit_pvalue, target, prompt_ids[2], completions)
+    assert law(1.0) > 1e-4
+    SAMPLES_SEEN.append(completions)
+    restored = greedy_responses(server, prompt_ids)  # the drafter is back, the server serves
+    assert [r["output_ids"] for r in restored] == nospec_greedy
+    if kind != "random":  # the swap took: the broken drafts are rejected where the real ones were not
+        assert mean_accept_length(broken) < mean_accept_length(restored)
+
+
+def test_the_law_check_has_power(pair8, prompt_ids):
+    """Negative control: the pooled samples of the cases above fail against temperature 0.7."""
+    assert len(SAMPLES_SEEN) >= 4, "run with the cases above"
+    _, target, _ = load(pair8.target, pair8.draft)
+    pooled = [c for completions in SAMPLES_SEEN[:4] for c in completions]
+    assert sequential_pit_pvalue(target, prompt_ids[2], pooled, 0.7) < 1e-6
