@@ -4,6 +4,8 @@ Through SGLang's HookRegistry it
 - accepts the seed cards' option names for SGLang's own options (cli_aliases.py),
 - names the options to change when a hybrid target's cache strategy cannot speculate
   (startup_checks.py),
+- refuses prompt ids outside the vocabulary, empty prompts and bad sample counts `n` with a 400
+  (input_checks.py; SGLang's scheduler dies of the first two, the third is a 500),
 - makes `--speculative-algorithm DFLASH` build this package's worker,
 - resolves `architectures: ["DFlashDraftModel"]` to this package's draft model,
 - installs the torch stand-ins for GPU-only kernels; each one acts only on CPU tensors and
@@ -52,12 +54,14 @@ def register() -> None:
         return
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
-    from . import cli_aliases, request_checks, startup_checks
+    from . import cli_aliases, input_checks, request_checks, startup_checks
     from .cpu import install as install_cpu_stand_ins
 
     install_cpu_stand_ins()
     HookRegistry.register(cli_aliases.TARGET, cli_aliases.add_seed_card_aliases, HookType.AFTER)
     HookRegistry.register(startup_checks.TARGET, startup_checks.check_mamba_strategy, HookType.AROUND)
+    for target, check in input_checks.HOOKS:
+        HookRegistry.register(target, check, HookType.AROUND)
     if worker_choice() == "builtin":
         return
     HookRegistry.register(
