@@ -72,6 +72,10 @@ SIGNATURES = {
         "check_freed_slots: bool = False)",
     "torch.Tensor.pin_memory":
         "pin_memory() -> Tensor",
+    "sglang.srt.mem_cache.pool_host.common._cuda_host_register":
+        "(buffer: 'torch.Tensor', registration_granularity_bytes: 'int | None' = None) -> 'None'",
+    "sglang.srt.mem_cache.pool_host.common._cuda_host_unregister":
+        "(buffer: 'torch.Tensor') -> 'None'",
     "torch.cuda.synchronize":
         "(device: torch.device | str | int | None = None) -> None",
     "torch.tensor":

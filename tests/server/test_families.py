@@ -1,7 +1,9 @@
 """Target families beyond dense Qwen3 (testing/tiny_families.py: Llama, Qwen3-MoE), each in the
 model class its real checkpoint loads, in real SGLang servers on CPU (float32): our overlap worker
 (block 4, host-sync check on) equals a no-spec server of the same target token for token, one at a
-time, concurrently, and on radix-cache hits, and its drafts are accepted."""
+time, concurrently, and on radix-cache hits, and its drafts are accepted. On the MoE target the
+routed experts (`--enable-return-routed-experts`, `return_routed_experts`) of every prompt and
+generated token equal the no-spec server's: the verify forward passes them through."""
 
 from __future__ import annotations
 
@@ -17,6 +19,15 @@ from .pairs import HOT_SHAPE, chat_prompts, load
 
 MAX_NEW = 32
 ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM"}
+EXTRA_FLAGS = {"llama": [], "qwen3_moe": ["--enable-return-routed-experts"]}
+
+
+def routed_experts(server, prompts) -> list[str]:
+    """Each request's routed experts (base64 of its [tokens, layers, top-k] expert ids)."""
+    body = {"sampling_params": {"temperature": 0, "max_new_tokens": MAX_NEW}, "return_routed_experts": True}
+    return [
+        server.post("/generate", {**body, "input_ids": ids})["meta_info"]["routed_experts"] for ids in prompts
+    ]
 
 
 @pytest.fixture(scope="module", params=FAMILIES)
@@ -24,9 +35,14 @@ def family(request, tmp_path_factory):
     pair = write_tiny_family_pair(tmp_path_factory.mktemp(request.param), request.param, shape=HOT_SHAPE)
     tokenizer = load(pair.target, pair.draft)[0]
     prompts = [tokenizer(p)["input_ids"] for p in chat_prompts(6)]
-    with SGLangServer(pair.target, ["--disable-overlap-schedule"]) as nospec:
+    flags = EXTRA_FLAGS[request.param]
+    with SGLangServer(pair.target, ["--disable-overlap-schedule", *flags]) as nospec:
         want = [nospec.generate(ids, MAX_NEW)["output_ids"] for ids in prompts]
-    with SGLangServer(pair.target, dflash_args(pair, 4), env=OVERLAP_CHECKED) as server:
+        if flags:
+            want_routed = routed_experts(nospec, prompts[:3])
+    with SGLangServer(pair.target, [*dflash_args(pair, 4), *flags], env=OVERLAP_CHECKED) as server:
+        if flags:  # before the other tests: no radix hits, so every token's routing is computed here
+            assert routed_experts(server, prompts[:3]) == want_routed, "routed experts differ from no-spec"
         yield request.param, server, prompts, want
 
 

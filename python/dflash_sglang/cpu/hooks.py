@@ -53,7 +53,10 @@ HOOKS: tuple[Hook, ...] = (
     Hook(mamba_state.TRACK_ALL_LAYERS_TARGET, mamba_state.track_all_layers_on_cpu),
     Hook(no_accelerator.PIN_MEMORY_TARGET, no_accelerator.pin_memory_without_accelerator),
     *(Hook(target, no_accelerator.factory_without_pinning) for target in no_accelerator.FACTORY_TARGETS),
-    Hook(no_accelerator.SYNCHRONIZE_TARGET, no_accelerator.synchronize_without_accelerator),
+    *(
+        Hook(target, no_accelerator.synchronize_without_accelerator)
+        for target in (no_accelerator.SYNCHRONIZE_TARGET, *no_accelerator.HOST_REGISTER_TARGETS)
+    ),
     Hook(conv.UPDATE_TARGET, conv.causal_conv1d_update_on_cpu),
     Hook(gdn.PACKED_DECODE_TARGET, gdn.packed_decode_on_cpu),
     Hook(gdn.RECURRENT_TARGET, gdn.sigmoid_gating_delta_rule_update_on_cpu),

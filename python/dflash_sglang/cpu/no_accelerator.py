@@ -5,10 +5,13 @@
 - `torch.tensor(..., pin_memory=True)`, `torch.zeros(..., pin_memory=True)`: SGLang's LoRA layers
   and backend stage batch info in pinned buffers;
 - `torch.cuda.synchronize()`: `/release_memory_occupation` waits for the device after pausing the
-  memory saver (through `torch.get_device_module()`, which is torch.cuda on a cpu server).
-Torch raises on each without an accelerator. Pinning only speeds up copies to an accelerator and
-synchronizing waits for one, so with none the unpinned tensor, and returning at once, are what
-these calls mean. With an accelerator every call is left as it is.
+  memory saver (through `torch.get_device_module()`, which is torch.cuda on a cpu server);
+- `cudaHostRegister` / `cudaHostUnregister` of host buffers (`pool_host.common`): the routed-experts
+  capturer (`--enable-return-routed-experts`) and the hierarchical cache's host pool register
+  their buffers for fast copies to the device.
+Torch raises on each without an accelerator. Pinning and registering only speed up copies to an
+accelerator and synchronizing waits for one, so with none the unpinned tensor, and returning at
+once, are what these calls mean. With an accelerator every call is left as it is.
 """
 
 from __future__ import annotations
@@ -18,6 +21,10 @@ import torch
 PIN_MEMORY_TARGET = "torch.Tensor.pin_memory"
 FACTORY_TARGETS = ("torch.tensor", "torch.zeros")
 SYNCHRONIZE_TARGET = "torch.cuda.synchronize"
+HOST_REGISTER_TARGETS = (
+    "sglang.srt.mem_cache.pool_host.common._cuda_host_register",
+    "sglang.srt.mem_cache.pool_host.common._cuda_host_unregister",
+)
 
 
 def has_accelerator() -> bool:
@@ -39,7 +46,8 @@ def factory_without_pinning(original, *args, **kwargs):
 
 
 def synchronize_without_accelerator(original, *args, **kwargs):
-    """AROUND torch.cuda.synchronize: with no device, there is nothing to wait for."""
+    """AROUND torch.cuda.synchronize, and cudaHostRegister/Unregister of a host buffer: with no
+    device there is nothing to wait for and nothing to register with."""
     if has_accelerator():
         return original(*args, **kwargs)
     return None
