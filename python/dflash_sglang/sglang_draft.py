@@ -118,7 +118,16 @@ class DFlashDraftModel(plain.DFlashDraftModel):
         its own (`fc.weight`, `layers.N...`), so a target checkpoint (`model.layers.N...`,
         `lm_head.weight`) leaves it unchanged instead of landing in same-shaped drafter layers."""
         strict = not self._loaded
-        loaded = load_checkpoint(self, weights, self.checkpoint_shapes, strict=strict)
+        try:
+            loaded = load_checkpoint(self, weights, self.checkpoint_shapes, strict=strict)
+        except ValueError:
+            raise  # ours, naming the weight
+        except Exception as error:  # SGLang's reader: a truncated or foreign file
+            where = getattr(self.hf_config, "_name_or_path", "") or "the drafter checkpoint"
+            raise DFlashConfigError(
+                f"drafter weights in {where} cannot be read ({type(error).__name__}: {error}); "
+                "is a .safetensors file truncated or not a checkpoint?"
+            ) from error
         if not strict:
             logger.info("dflash_sglang: weight update: %d drafter tensors updated", len(loaded))
             return

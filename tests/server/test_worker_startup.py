@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from importlib import metadata
+from pathlib import Path
 
 import pytest
 
@@ -77,11 +78,11 @@ def pair(tmp_path_factory):
     return make_pair(tmp_path_factory.mktemp("broken"), 8)
 
 
-def assert_startup_fails_naming(pair, args, words) -> None:
+def assert_startup_fails_naming(pair, args, words, error="DFlashConfigError") -> None:
     with pytest.raises(ServerError) as err:
         SGLangServer(pair.target, args, timeout=240).start()
     log = err.value.args[0]
-    assert "DFlashConfigError" in log
+    assert error in log
     for word in words:
         assert word in log
 
@@ -100,6 +101,55 @@ def break_draft(pair, tmp_path, edit) -> str:
 def drafter_for_a_narrower_target(pair, tmp_path) -> str:
     """A consistent drafter (weights match its config) made for a hidden-32 target."""
     return str(make_pair(tmp_path / "narrow", 8, TinyShape(hidden_size=32, hot_tokens=3)).draft)
+
+
+def copy_draft(pair, tmp_path) -> Path:
+    broken = tmp_path / "draft"
+    broken.mkdir()
+    for file in pair.draft.iterdir():
+        (broken / file.name).write_bytes(file.read_bytes())
+    return broken
+
+
+def weights_file(draft: Path) -> Path:
+    return draft / "model.safetensors"
+
+
+def truncated_weights(pair, tmp_path) -> Path:
+    draft = copy_draft(pair, tmp_path)
+    data = weights_file(draft).read_bytes()
+    weights_file(draft).write_bytes(data[: len(data) // 2])
+    return draft
+
+
+def no_weights(pair, tmp_path) -> Path:
+    draft = copy_draft(pair, tmp_path)
+    weights_file(draft).unlink()
+    return draft
+
+
+def weights_of_another_drafter(pair, tmp_path) -> Path:
+    """This drafter's config, the weights of one made for a hidden-32 target."""
+    draft = copy_draft(pair, tmp_path)
+    weights_file(draft).write_bytes(
+        weights_file(Path(drafter_for_a_narrower_target(pair, tmp_path))).read_bytes()
+    )
+    return draft
+
+
+@pytest.mark.parametrize(
+    "make_draft,words,error",
+    [
+        (truncated_weights, ["cannot be read", "truncated"], "DFlashConfigError"),
+        (no_weights, ["Cannot find any model weights"], "RuntimeError"),
+        (weights_of_another_drafter, ["drafter weight", "has shape"], "ValueError"),
+    ],
+    ids=["truncated-weights", "no-weights", "weights-of-another-drafter"],
+)
+def test_broken_drafter_files_fail_at_startup_naming_the_file(pair, tmp_path, make_draft, words, error):
+    draft = make_draft(pair, tmp_path)
+    args = ["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", draft]
+    assert_startup_fails_naming(pair, args, [*words, str(draft)] if error != "ValueError" else words, error)
 
 
 @pytest.mark.parametrize(
