@@ -12,7 +12,9 @@
 - overlap worker, `extra_buffer`, track interval = block 8, on a target whose drafts are always
   accepted (its LM head is zero).
 
-Each: prompts one at a time and concurrently equal the reference; requests that extend a finished
+Each: prompts one at a time and concurrently equal the reference, also with an all-NaN drafter
+swapped in (greedy exact, sampling law-exact; test_any_drafter.py covers more broken drafters on
+the dense target); requests that extend a finished
 one (prompt + its output) reuse the cached recurrent state (where the radix cache is on) and still
 equal a fresh decode. On the two block-4 cases (sync and overlap worker), sampling at temperature 1
 follows the target's law token by token, and the core of the request-feature matrix (logprobs,
@@ -34,6 +36,7 @@ from dflash_sglang.testing.tiny_hybrid import (
     write_tiny_hybrid_pair,
 )
 
+from .broken_drafters import drafter, drafter_weights
 from .hybrid import HYBRID_ARGS, HYBRID_ENV, MAX_NEW, TRACK_INTERVAL, generate, greedy, load_target, prompts
 from .sampling_law import sequential_pit_pvalue
 
@@ -89,6 +92,25 @@ def test_one_at_a_time_and_concurrent_equal_the_target_alone(case):
     with ThreadPoolExecutor(len(expected)) as pool:
         together = list(pool.map(lambda ids: generate(server, ids), prompts()))
     assert [out["output_ids"] for out in together] == expected
+
+
+def test_a_nan_drafter_leaves_output_exact(case):
+    """A drafter whose weights are all NaN (swapped in through the drafter-only weight update): greedy
+    output still equals the target alone, and at temperature 1 every sampled token still follows
+    the target's law through the state commits (PIT + KS, p > 1e-4): no NaN reaches a commit."""
+    _, pair, server, expected = case
+    with drafter(server, drafter_weights(pair.draft), "nan"):
+        with ThreadPoolExecutor(len(expected)) as pool:
+            assert [
+                out["output_ids"] for out in pool.map(lambda ids: generate(server, ids), prompts())
+            ] == expected
+        prompt, params = prompts()[1], {"temperature": 1.0, "max_new_tokens": 8, "ignore_eos": True}
+        sampled = server.post("/generate", {"input_ids": [prompt] * 64, "sampling_params": params})
+    completions = [out["output_ids"] for out in sampled]
+    assert sequential_pit_pvalue(load_target(pair.target), prompt, completions, 1.0) > 1e-4
+    assert [out["output_ids"] for out in map(lambda ids: generate(server, ids), prompts()[:2])] == expected[
+        :2
+    ]
 
 
 def test_extending_a_finished_request_reuses_its_state_exactly(case):
