@@ -30,11 +30,13 @@ def refuse_requests_that_kill_the_scheduler(original, manager, obj, input_ids):
         raise ValueError(
             f"input_ids contains out-of-vocabulary token id {bad[0]}; valid range is [0, {vocab})."
         )
+    if not getattr(obj, "return_logprob", False):  # embedding requests have no logprob fields
+        return
     top = obj.top_logprobs_num if isinstance(obj.top_logprobs_num, int) else 0
-    if obj.return_logprob and top > vocab:
+    if top > vocab:
         raise ValueError(f"top_logprobs_num {top} exceeds the vocabulary size ({vocab}).")
     start = obj.logprob_start_len
-    if obj.return_logprob and isinstance(start, int) and start < -1:
+    if isinstance(start, int) and start < -1:
         raise ValueError(f"logprob_start_len must be -1 (no input logprobs) or a position >= 0, got {start}.")
 
 

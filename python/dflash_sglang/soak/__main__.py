@@ -2,7 +2,9 @@
 
     python -m dflash_sglang.soak --pair python/dflash_sglang/assets/tiny-pair --requests 1000
 
-For each configuration (overlap worker, plain worker, the draft window) a DFLASH server with
+For each configuration (overlap worker, plain worker, the draft window on the given pair; the
+overlap worker with extra_buffer on a tiny Qwen3.5-style hybrid pair written for the run, whose
+mamba pool SGLang's strict idle check covers too) a DFLASH server with
 SGLang's forced retractions and strict idle memory check runs the workload (workload.py) at the
 given concurrency; then the checks of tests/server/test_soak.py: no failed request, every KV slot
 free after a cache flush, no leak reported, every completed greedy request equal to the no-spec
@@ -14,11 +16,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
 from pathlib import Path
 
 from transformers import AutoTokenizer
 
 from ..testing.server import SGLangServer
+from ..testing.tiny import CORPUS
+from ..testing.tiny_hybrid import HybridShape, write_tiny_hybrid_pair
 from .run import kv_tokens_in_use_after_flush, run_workload, summary
 from .workload import make_workload
 
@@ -28,12 +33,24 @@ CONFIGS = {
     "overlap": ({"SGLANG_ENABLE_SPEC_V2": "1", "DFLASH_SGLANG_CHECK_HOST_SYNC": "1"}, []),
     "plain": ({"SGLANG_ENABLE_SPEC_V2": ""}, []),
     "draft_window": ({"SGLANG_ENABLE_SPEC_V2": "1"}, ["--speculative-dflash-draft-window-size", "12"]),
-}
+    "hybrid": ({"SGLANG_ENABLE_SPEC_V2": "1"}, ["--mamba-scheduler-strategy", "extra_buffer",
+                                               "--mamba-track-interval", "64"]),
+}  # fmt: skip
+# A hybrid target on CPU: float32 conv state for exact comparisons, a small state pool.
+HYBRID_ENV = {"SGLANG_MAMBA_CONV_DTYPE": "float32"}
+HYBRID_ARGS = ["--max-mamba-cache-size", "64"]
 
 
-def prompts_of(pair: Path, tokenizer) -> list[list[int]]:
-    lines = (pair / "held_out.jsonl").read_text().splitlines()
-    texts = [json.loads(line)["instruction"] for line in lines if line.strip()]
+def prompts_of(pair: Path) -> list[list[int]]:
+    """The pair's held-out instructions, or lines of the tiny corpus for a pair written here."""
+    tokenizer = AutoTokenizer.from_pretrained(pair / "target")
+    held_out = pair / "held_out.jsonl"
+    if held_out.is_file():
+        texts = [
+            json.loads(line)["instruction"] for line in held_out.read_text().splitlines() if line.strip()
+        ]
+    else:
+        texts = [line for line in CORPUS.splitlines() if line.strip()]
     return [tokenizer(text)["input_ids"] for text in texts[:64]]
 
 
@@ -41,10 +58,10 @@ def reference(nospec, request) -> list[int]:
     return nospec.post("/generate", {k: v for k, v in request.body.items() if k != "rid"})["output_ids"]
 
 
-def soak_one(name, pair, workload, nospec, concurrency) -> dict:
+def soak_one(name, pair, workload, nospec, concurrency, extra_env, extra_args) -> dict:
     env, args = CONFIGS[name]
     dflash = ["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", pair / "draft", *args]
-    with SGLangServer(pair / "target", dflash, env={**env, **STRICT}) as server:
+    with SGLangServer(pair / "target", [*extra_args, *dflash], env={**extra_env, **env, **STRICT}) as server:
         results = run_workload(server.base_url, workload, concurrency)
         in_use = kv_tokens_in_use_after_flush(server.base_url)
         log = server.log_path.read_text()
@@ -68,14 +85,24 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     args.pair = args.pair.resolve()  # the servers run in their log directories
-    tokenizer = AutoTokenizer.from_pretrained(args.pair / "target")
-    workload = make_workload(prompts_of(args.pair, tokenizer), args.requests, seed=args.seed)
+    dense = [name for name in args.configs if name != "hybrid"]
     ok = True
-    with SGLangServer(args.pair / "target", ["--disable-overlap-schedule"]) as nospec:
-        for name in args.configs:
-            report = soak_one(name, args.pair, workload, nospec, args.concurrency)
-            print(json.dumps(report), flush=True)
-            ok &= report["ok"]
+    with tempfile.TemporaryDirectory(prefix="soak-hybrid-") as scratch:
+        runs = [(args.pair, dense, {}, [], [])]
+        if "hybrid" in args.configs:
+            hybrid = write_tiny_hybrid_pair(scratch, seed=0, block_size=8, shape=HybridShape(hot_tokens=3))
+            no_buffer = ["--mamba-scheduler-strategy", "no_buffer"]
+            runs.append((hybrid.target.parent, ["hybrid"], HYBRID_ENV, HYBRID_ARGS, no_buffer))
+        for pair, names, env, extra, nospec_extra in runs:
+            if not names:
+                continue
+            workload = make_workload(prompts_of(pair), args.requests, seed=args.seed)
+            nospec_args = [*extra, *nospec_extra, "--disable-overlap-schedule"]
+            with SGLangServer(pair / "target", nospec_args, env=env) as nospec:
+                for name in names:
+                    report = soak_one(name, pair, workload, nospec, args.concurrency, env, extra)
+                    print(json.dumps(report), flush=True)
+                    ok &= report["ok"]
     return 0 if ok else 1
 
 
