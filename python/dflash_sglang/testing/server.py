@@ -157,7 +157,7 @@ class SGLangServer:
             try:
                 return self._start_once()
             except ServerError:
-                lost_the_port = "address already in use" in log_tail(self.log_path, lines=20)
+                lost_the_port = "address already in use" in log_tail(self.log_path, lines=20).lower()
                 if not lost_the_port or self.port_is_given or attempt == bind_attempts - 1:
                     raise
                 taken = self.port
