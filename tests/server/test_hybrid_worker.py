@@ -94,25 +94,6 @@ def test_one_at_a_time_and_concurrent_equal_the_target_alone(case):
     assert [out["output_ids"] for out in together] == expected
 
 
-def test_a_nan_drafter_leaves_output_exact(case):
-    """A drafter whose weights are all NaN (swapped in through the drafter-only weight update): greedy
-    output still equals the target alone, and at temperature 1 every sampled token still follows
-    the target's law through the state commits (PIT + KS, p > 1e-4): no NaN reaches a commit."""
-    _, pair, server, expected = case
-    with drafter(server, drafter_weights(pair.draft), "nan"):
-        with ThreadPoolExecutor(len(expected)) as pool:
-            assert [
-                out["output_ids"] for out in pool.map(lambda ids: generate(server, ids), prompts())
-            ] == expected
-        prompt, params = prompts()[1], {"temperature": 1.0, "max_new_tokens": 8, "ignore_eos": True}
-        sampled = server.post("/generate", {"input_ids": [prompt] * 64, "sampling_params": params})
-    completions = [out["output_ids"] for out in sampled]
-    assert sequential_pit_pvalue(load_target(pair.target), prompt, completions, 1.0) > 1e-4
-    assert [out["output_ids"] for out in map(lambda ids: generate(server, ids), prompts()[:2])] == expected[
-        :2
-    ]
-
-
 def test_extending_a_finished_request_reuses_its_state_exactly(case):
     name, pair, server, expected = case
     longer = [ids + out[:30] for ids, out in zip(prompts(), expected, strict=True)]
@@ -215,3 +196,23 @@ def test_request_features_equal_nospec(case, hybrid_nospec):
     for (name, body), got in zip(bodies.items(), together, strict=True):
         want = comparable(send(hybrid_nospec, "/generate", body))
         assert_same(comparable(got), want, name, HYBRID_LOGPROB_TOLERANCE)
+
+
+def test_a_nan_drafter_leaves_output_exact(case):
+    """Last of each case's tests: the weight update flushes the radix cache the others reuse.
+    A drafter whose weights are all NaN (swapped in through the drafter-only weight update): greedy
+    output still equals the target alone, and at temperature 1 every sampled token still follows
+    the target's law through the state commits (PIT + KS, p > 1e-4): no NaN reaches a commit."""
+    _, pair, server, expected = case
+    with drafter(server, drafter_weights(pair.draft), "nan"):
+        with ThreadPoolExecutor(len(expected)) as pool:
+            assert [
+                out["output_ids"] for out in pool.map(lambda ids: generate(server, ids), prompts())
+            ] == expected
+        prompt, params = prompts()[1], {"temperature": 1.0, "max_new_tokens": 8, "ignore_eos": True}
+        sampled = server.post("/generate", {"input_ids": [prompt] * 64, "sampling_params": params})
+    completions = [out["output_ids"] for out in sampled]
+    assert sequential_pit_pvalue(load_target(pair.target), prompt, completions, 1.0) > 1e-4
+    assert [out["output_ids"] for out in map(lambda ids: generate(server, ids), prompts()[:2])] == expected[
+        :2
+    ]
