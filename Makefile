@@ -46,6 +46,7 @@ gpu-check:
 	PYTHONPATH=python $(PY) -m dflash_sglang.gpu_check --markdown docs/gpu-check.md --json docs/gpu-check.json $(GPU_CHECK_ARGS)
 
 # The full soak (tests/server/test_soak.py runs a reduced one in CI): 1,000 mixed requests at
-# concurrency 32, ~20% aborted, forced retractions, per worker configuration; ~15 min on 2 cores.
+# concurrency 32, ~20% aborted, forced retractions, per configuration (overlap, plain, draft window,
+# hybrid target); roughly 25 min on 2 cores (300 per configuration took 4 min for the first three).
 soak:
 	$(PY) -m dflash_sglang.soak --pair $(PAIR) $(SOAK_ARGS)
