@@ -21,6 +21,8 @@ import torch
 PIN_MEMORY_TARGET = "torch.Tensor.pin_memory"
 FACTORY_TARGETS = ("torch.tensor", "torch.zeros")
 SYNCHRONIZE_TARGET = "torch.cuda.synchronize"
+# Hooks on torch itself, which every torch call in the process goes through.
+TORCH_WIDE_TARGETS = (PIN_MEMORY_TARGET, *FACTORY_TARGETS, SYNCHRONIZE_TARGET)
 HOST_REGISTER_TARGETS = (
     "sglang.srt.mem_cache.pool_host.common._cuda_host_register",
     "sglang.srt.mem_cache.pool_host.common._cuda_host_unregister",
