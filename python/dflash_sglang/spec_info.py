@@ -7,6 +7,10 @@ spec-v2 behaviour: `prepare_for_decode` reserves `committed + 2 * block` KV slot
 `merge_batch` follow requests leaving and joining the batch, `create_idle_input` serves idle
 data-parallel ranks. What DFlash needs from one step to the next is only the bonus token (the
 next block's first token) and the new committed lengths.
+
+A batch does not always carry our subclass: the first decode batch of a PD decode server carries
+the plain `DFlashDraftInputV2` SGLang builds (`dflash_disaggregation.py`), so what the step reads
+from the state is a function of SGLang's class, not a method of ours.
 """
 
 from __future__ import annotations
@@ -28,9 +32,10 @@ class DFlashDraftState(DFlashDraftInputV2):
             new_seq_lens=new_seq_lens.to(torch.int64),
         )
 
-    def host_read_bound(self, batch, block_size: int) -> torch.Tensor:
-        """Per request, how far this step's reads reach, on the host: the committed length plus
-        one block, or (overlap, where host lengths lag a step) the reserved length."""
-        if batch.seq_lens_cpu is not None:
-            return batch.seq_lens_cpu.to(torch.int64) + block_size
-        return self.nxt_kv_lens_cpu.to(torch.int64)
+
+def host_read_bound(batch, state: DFlashDraftInputV2, block_size: int) -> torch.Tensor:
+    """Per request, how far this step's reads reach, on the host: the committed length plus one
+    block, or (overlap, where host lengths lag a step) the reserved length."""
+    if batch.seq_lens_cpu is not None:
+        return batch.seq_lens_cpu.to(torch.int64) + block_size
+    return state.nxt_kv_lens_cpu.to(torch.int64)

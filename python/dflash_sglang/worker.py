@@ -53,7 +53,7 @@ from .request_outputs import attach_request_outputs
 from .sampled_verify import sampled_accept
 from .sampling import vocab_parallel_argmax
 from .sampling_prewarm import prewarm_sampled_verify
-from .spec_info import DFlashDraftState
+from .spec_info import DFlashDraftState, host_read_bound
 from .streams import DrafterStream, drafter_stream_wanted
 from .tp_agreement import TpAgreement, draft_scope
 from .verify_logits import adjust_verify_logits, grammar_tree
@@ -288,7 +288,7 @@ class DFlashWorker(BaseSpecWorker):
             write_virtual=cache_loc,
             read_extent=size,
         )
-        bound_cpu = state.host_read_bound(batch, size)
+        bound_cpu = host_read_bound(batch, state, size)
         draft_lens, draft_loc, draft_plan = seq_lens, None, kv_plan
         if self.window is not None:  # the drafter reads its own short rows (draft_window.py)
             draft_lens = self.window.visible_lens(batch.req_pool_indices, seq_lens)
@@ -354,7 +354,7 @@ class DFlashWorker(BaseSpecWorker):
         batch.out_cache_loc = block.cache_loc
         # The verify reads the committed prefix plus the block; restore the host lengths after.
         committed_cpu, committed_sum = batch.seq_lens_cpu, batch.seq_lens_sum
-        batch.seq_lens_cpu = batch.spec_info.host_read_bound(batch, size)
+        batch.seq_lens_cpu = host_read_bound(batch, batch.spec_info, size)
         batch.seq_lens_sum = int(batch.seq_lens_cpu.sum())
         forward_batch, _ = verify_input.prepare_for_verify(batch, self.target_worker)
         batch.seq_lens_cpu, batch.seq_lens_sum = committed_cpu, committed_sum
