@@ -133,6 +133,11 @@ SIGNATURES = {
         "sglang.srt.distributed.parallel_state.GroupCoordinator",
     "sglang.srt.distributed.parallel_state.GroupCoordinator.all_gather_into_tensor":
         "(self, output: torch.Tensor, input: torch.Tensor)",
+    "sglang.srt.disaggregation.common.conn.CommonKVSender.__init__":
+        "(self, mgr: 'CommonKVManager', bootstrap_addr: 'str', bootstrap_room: 'int', "
+        "req_has_disagg_prefill_dp_rank: 'bool' = False)",
+    "sglang.srt.disaggregation.prefill.SchedulerDisaggregationPrefillMixin.maybe_send_cached_prefix_chunk":
+        "(self: 'Scheduler', req: 'Req', allow_send: 'bool' = True) -> 'None'",
 }  # fmt: skip
 
 # Attributes the stand-ins read or set besides their targets.
@@ -151,6 +156,8 @@ RELIED_ON = [
     ("torch.accelerator", ["is_available"]),
     ("sglang.srt.distributed.parallel_state", ["_group_coordinator_device"]),
     ("sglang.srt.distributed.parallel_state.GroupCoordinator", ["_all_gather_into_tensor"]),
+    # The prefill side reads it to choose the host-indices path (cpu/disaggregation.py).
+    ("sglang.srt.disaggregation.mooncake.conn.MooncakeKVSender", ["supports_host_tensor_indices"]),
 ]  # fmt: skip
 
 

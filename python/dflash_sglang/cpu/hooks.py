@@ -9,6 +9,7 @@ from . import (
     attention,
     collectives,
     conv,
+    disaggregation,
     embeds,
     gdn,
     kv_pool,
@@ -66,4 +67,7 @@ HOOKS: tuple[Hook, ...] = (
     # Tensor parallelism over gloo (--tp-size > 1 on a cpu server).
     Hook(collectives.PARALLEL_GROUP_TARGET, collectives.group_without_pynccl_on_cpu),
     Hook(collectives.ALL_GATHER_TARGET, collectives.all_gather_into_tensor_on_cpu),
+    # PD disaggregation (--disaggregation-mode prefill|decode) on a cpu server.
+    Hook(disaggregation.SENDER_INIT_TARGET, disaggregation.sender_without_device_indices_on_cpu),
+    Hook(disaggregation.EARLY_SEND_TARGET, disaggregation.no_early_prefix_send_on_cpu),
 )
