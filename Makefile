@@ -3,12 +3,20 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: install test lint serve demo bench tiny-pair gpu-check soak
+.PHONY: install system-libs test lint serve demo bench tiny-pair gpu-check soak
 
-install:
+install: system-libs
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --upgrade pip
 	$(PY) -m pip install -e ".[test]"
+
+# Mooncake's transfer engine (the PD tests move KV with it, over TCP) links libibverbs even when
+# no RDMA device is used: Debian's libibverbs1, installed when missing and we may (root).
+system-libs:
+	@ldconfig -p 2>/dev/null | grep -q libibverbs.so.1 || { [ "$$(id -u)" = 0 ] && \
+		{ apt-get install -y --no-install-recommends libibverbs1 || \
+		  { apt-get update && apt-get install -y --no-install-recommends libibverbs1; }; }; } || \
+		echo "make install: libibverbs.so.1 is missing (apt-get install libibverbs1); the PD tests need it"
 
 test:
 	$(PY) -m pytest $(PYTEST_ARGS)

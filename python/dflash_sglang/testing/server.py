@@ -115,6 +115,8 @@ def _wait_gone(tree: list[psutil.Process], timeout: float) -> bool:
 class SGLangServer:
     """`python -m sglang.launch_server` on 127.0.0.1, as a context manager."""
 
+    health_path = "/health"  # answers 200 once the server serves
+
     def __init__(
         self,
         model_path,
@@ -194,7 +196,7 @@ class SGLangServer:
                     f"log {self.log_path}:\n{log_tail(self.log_path)}"
                 )
             try:
-                with _DIRECT.open(f"{self.base_url}/health", timeout=5) as response:
+                with _DIRECT.open(f"{self.base_url}{self.health_path}", timeout=5) as response:
                     if response.status == 200:
                         return
             except (urllib.error.URLError, ConnectionError, TimeoutError):

@@ -1,0 +1,117 @@
+"""Our worker under PD disaggregation, in real processes on 127.0.0.1: a prefill server and a
+decode server, both `--speculative-algorithm DFLASH` with our overlap worker, SGLang's router
+(`sglang_router --pd-disaggregation`) in front, and Mooncake's transfer engine moving the KV over
+TCP (no GPU or RDMA device). The prefill server injects the prompt's target features into its
+draft KV pool, which SGLang sends with the target KV, addressed by target slot ids; the decode
+server's first step drafts from that draft KV and the prefill's first token.
+
+Greedy outputs through the router equal the engine-free reference token for token, and so do the
+verify-step counts: the decode server's drafter drafts exactly what it would have drafted had it
+run the prefill itself, so the draft KV arrived whole. Also 8 concurrent requests, a radix-cache
+hit on the prefill server, a chat completion, and temperature 1 following the target's law.
+
+Servers: prefill + decode + router for the module (about 2 minutes), one refused at startup.
+"""
+
+from __future__ import annotations
+
+import functools
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from dflash_sglang.testing.pd import PDDeployment, pd_role_args
+from dflash_sglang.testing.server import ServerError, SGLangServer
+
+from .conftest import dflash_args
+from .pairs import load, reference
+from .sampling_law import chisquare_pvalue
+
+BLOCK = 4
+MAX_NEW = 24
+OVERLAP = {"SGLANG_ENABLE_SPEC_V2": "1"}
+
+
+@pytest.fixture(scope="module")
+def pair(pair8):
+    return pair8
+
+
+@pytest.fixture(scope="module")
+def pd(pair):
+    with PDDeployment(pair.target, dflash_args(pair, BLOCK), env=OVERLAP) as deployment:
+        yield deployment
+
+
+@pytest.fixture(scope="module")
+def prompt_ids(pair):
+    tokenizer = load(pair.target, pair.draft)[0]
+    words = "a small bird sings over the lazy dog while the quick brown fox jumps".split()
+    return [tokenizer(" ".join(words[: 2 + 3 * i]))["input_ids"] for i in range(8)]
+
+
+def test_both_sides_serve_our_worker(pd):
+    for server in (pd.prefill, pd.decode):
+        assert "DFLASH served by dflash_sglang.worker.DFlashOverlapWorker" in server.log_path.read_text()
+
+
+def test_greedy_through_the_router_equals_the_reference_drafts_included(pair, pd, prompt_ids):
+    accepted_more_than_one = 0
+    for ids in prompt_ids[:5]:
+        out = pd.router.generate(ids, MAX_NEW)
+        ref = reference(pair, ids, MAX_NEW, BLOCK)
+        assert out["output_ids"] == ref.tokens
+        # The same drafts step by step: the transferred draft KV is the prefill's, whole.
+        assert out["meta_info"]["spec_verify_ct"] == len(ref.accept_lengths)
+        accepted_more_than_one += max(ref.accept_lengths) > 1
+    assert accepted_more_than_one >= 3
+
+
+def test_eight_concurrent_requests_and_a_prefill_radix_hit(pair, pd, prompt_ids):
+    want = [reference(pair, ids, MAX_NEW, BLOCK).tokens for ids in prompt_ids]
+    with ThreadPoolExecutor(8) as pool:
+        outs = list(pool.map(lambda ids: pd.router.generate(ids, MAX_NEW), prompt_ids))
+    assert [out["output_ids"] for out in outs] == want
+    # Served before: the prefill server takes the prefix (target and draft KV) from its radix cache.
+    longer = prompt_ids[-1] + prompt_ids[2]
+    out = pd.router.generate(longer, MAX_NEW)
+    assert out["output_ids"] == reference(pair, longer, MAX_NEW, BLOCK).tokens
+    assert out["meta_info"]["cached_tokens"] >= len(prompt_ids[-1]) - 1
+
+
+def test_chat_completion_through_the_router(pair, pd):
+    tokenizer = load(pair.target, pair.draft)[0]
+    messages = [{"role": "user", "content": "the quick brown fox jumps over"}]
+    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    ids = list(getattr(ids, "input_ids", ids))
+    want = reference(pair, ids, MAX_NEW, BLOCK).tokens
+    reply = pd.router.post(
+        "/v1/chat/completions", {"model": "m", "messages": messages, "max_tokens": MAX_NEW, "temperature": 0}
+    )
+    text = reply["choices"][0]["message"]["content"]
+    assert text.strip() == tokenizer.decode(want, skip_special_tokens=True).strip()
+    assert reply["usage"]["completion_tokens"] == len(want)
+
+
+def test_sampling_follows_the_target_law(pair, pd, prompt_ids):
+    """Temperature 1: the first token is sampled on the prefill server, the next two by the decode
+    server's sampled verify. The first three tokens of 240 completions follow the target's joint
+    law (chi-square, p > 1e-4); the same samples fail against temperature 0.6."""
+    prompt, n = prompt_ids[7], 240  # many outcomes, each sharply apart between the two laws
+    params = {"temperature": 1.0, "max_new_tokens": 3, "ignore_eos": True}
+    with ThreadPoolExecutor(16) as pool:
+        sampled = list(pool.map(lambda _: pd.router.generate(prompt, **params), range(n)))
+    _, target, _ = load(pair.target, pair.draft)
+    p_value = functools.partial(chisquare_pvalue, target, prompt, [out["output_ids"] for out in sampled])
+    at_1, at_06 = p_value(1.0), p_value(0.6)
+    print(f"chi-square p-values: T=1.0 {at_1:.3g}, T=0.6 {at_06:.3g}")
+    assert at_1 > 1e-4
+    assert at_06 < 1e-6
+
+
+def test_the_draft_window_is_refused_under_pd_naming_both_options(pair):
+    args = [*dflash_args(pair, BLOCK), "--speculative-draft-window-size", "8", *pd_role_args("decode", 0)]
+    with pytest.raises(ServerError) as err:
+        SGLangServer(pair.target, args, timeout=240).start()
+    log = err.value.args[0]
+    assert "--speculative-draft-window-size" in log and "--disaggregation-mode decode" in log
