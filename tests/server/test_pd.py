@@ -8,9 +8,12 @@ server's first step drafts from that draft KV and the prefill's first token.
 Greedy outputs through the router equal the engine-free reference token for token, and so do the
 verify-step counts: the decode server's drafter drafts exactly what it would have drafted had it
 run the prefill itself, so the draft KV arrived whole. Also 8 concurrent requests, a radix-cache
-hit on the prefill server, a chat completion, and temperature 1 following the target's law.
+hit on the prefill server, a chat completion, and temperature 1 following the target's law. A
+hybrid (Gated DeltaNet) target moves its recurrent state with the KV: its outputs equal
+transformers' greedy decoding.
 
-Servers: prefill + decode + router for the module (about 2 minutes), one refused at startup.
+Servers: a hybrid deployment first, then prefill + decode + router for the module, one server
+refused at startup; about 4 minutes in all.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import pytest
 from dflash_sglang.testing.pd import PDDeployment, pd_role_args
 from dflash_sglang.testing.server import ServerError, SGLangServer
 
+from . import hybrid
 from .conftest import dflash_args
 from .pairs import load, reference
 from .sampling_law import chisquare_pvalue
@@ -30,6 +34,22 @@ from .sampling_law import chisquare_pvalue
 BLOCK = 4
 MAX_NEW = 24
 OVERLAP = {"SGLANG_ENABLE_SPEC_V2": "1"}
+
+
+def test_hybrid_target_moves_its_state_and_equals_transformers(tmp_path):
+    """The tiny Qwen3.5-style pair, overlap worker, extra_buffer, block 8: six prompts of 1-130
+    tokens one at a time and at once. Its own deployment, gone before the module's starts."""
+    pair = hybrid.make_hybrid_pair(tmp_path)
+    args = [*hybrid.HYBRID_ARGS, *hybrid.EXTRA_BUFFER, *dflash_args(pair, hybrid.BLOCK)]
+    prompts = hybrid.prompts()
+    want = [hybrid.greedy(pair.target, ids, MAX_NEW) for ids in prompts]
+    with PDDeployment(pair.target, args, env={**hybrid.HYBRID_ENV, **OVERLAP}) as deployment:
+        one_at_a_time = [hybrid.generate(deployment.router, ids, MAX_NEW) for ids in prompts]
+        with ThreadPoolExecutor(len(prompts)) as pool:
+            at_once = list(pool.map(lambda ids: hybrid.generate(deployment.router, ids, MAX_NEW), prompts))
+    assert [out["output_ids"] for out in one_at_a_time] == want
+    assert [out["output_ids"] for out in at_once] == want
+    assert any(out["meta_info"]["spec_accept_length"] > 1 for out in one_at_a_time)
 
 
 @pytest.fixture(scope="module")
