@@ -133,6 +133,9 @@ SIGNATURES = {
         "sglang.srt.distributed.parallel_state.GroupCoordinator",
     "sglang.srt.distributed.parallel_state.GroupCoordinator.all_gather_into_tensor":
         "(self, output: torch.Tensor, input: torch.Tensor)",
+    "sglang.srt.layers.attention.base_attn_backend.AttentionBackend.get_cuda_graph_seq_len_fill_value":
+        "(self)",
+    "sglang.srt.layers.dp_attention.memcpy": "(dst, src, dim, offset, sz, offset_src)",
     "sglang.srt.disaggregation.common.conn.CommonKVSender.__init__":
         "(self, mgr: 'CommonKVManager', bootstrap_addr: 'str', bootstrap_room: 'int', "
         "req_has_disagg_prefill_dp_rank: 'bool' = False)",
@@ -156,6 +159,8 @@ RELIED_ON = [
     ("torch.accelerator", ["is_available"]),
     ("sglang.srt.distributed.parallel_state", ["_group_coordinator_device"]),
     ("sglang.srt.distributed.parallel_state.GroupCoordinator", ["_all_gather_into_tensor"]),
+    ("sglang.srt.layers.dp_attention", ["memcpy_cpu"]),
+    ("sglang.srt.layers.attention.torch_native_backend", ["TorchNativeAttnBackend"]),
     # The prefill side reads it to choose the host-indices path (cpu/disaggregation.py).
     ("sglang.srt.disaggregation.mooncake.conn.MooncakeKVSender", ["supports_host_tensor_indices"]),
 ]  # fmt: skip

@@ -10,6 +10,7 @@ from . import (
     collectives,
     conv,
     disaggregation,
+    dp_attention,
     embeds,
     gdn,
     kv_pool,
@@ -67,6 +68,9 @@ HOOKS: tuple[Hook, ...] = (
     # Tensor parallelism over gloo (--tp-size > 1 on a cpu server).
     Hook(collectives.PARALLEL_GROUP_TARGET, collectives.group_without_pynccl_on_cpu),
     Hook(collectives.ALL_GATHER_TARGET, collectives.all_gather_into_tensor_on_cpu),
+    # Attention DP (--enable-dp-attention) on a cpu server.
+    Hook(dp_attention.FILL_VALUE_TARGET, dp_attention.padded_seq_len_one_for_torch_native),
+    Hook(dp_attention.MEMCPY_TARGET, dp_attention.memcpy_on_cpu),
     # PD disaggregation (--disaggregation-mode prefill|decode) on a cpu server.
     Hook(disaggregation.SENDER_INIT_TARGET, disaggregation.sender_without_device_indices_on_cpu),
     Hook(disaggregation.EARLY_SEND_TARGET, disaggregation.no_early_prefix_send_on_cpu),
