@@ -42,13 +42,8 @@ def draft_config_of(hf_config) -> DFlashConfig:
 
 
 def refuse_unsupported_parallelism() -> None:
-    """Tensor parallelism runs; attention DP and context parallelism do not yet (docs/parallel.md)."""
+    """Tensor parallelism and attention DP run; context parallelism does not yet (docs/parallel.md)."""
     parallel = get_parallel()
-    if parallel.attn_dp_enabled:
-        raise DFlashConfigError(
-            "--enable-dp-attention: dflash_sglang's worker does not run DP attention yet (--tp-size "
-            "alone is supported); use DFLASH_SGLANG_WORKER=builtin for DP attention"
-        )
     if parallel.attn_cp_size > 1:
         raise DFlashConfigError(
             f"--attn-cp-size {parallel.attn_cp_size}: dflash_sglang's worker does not run context "

@@ -43,7 +43,7 @@ from sglang.srt.speculative.draft_worker_common import (
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 from sglang.srt.utils import async_h2d
 
-from . import host_sync
+from . import dp_attention, host_sync
 from .accept import Acceptance, greedy_accept
 from .config import DFlashConfigError
 from .draft_window import DraftWindow, allocate_window_pool, refuse_unsupported_setups
@@ -201,7 +201,7 @@ class DFlashWorker(BaseSpecWorker):
             if batch.forward_mode.is_extend() or batch.is_extend_in_batch:
                 return self.prefill(batch, on_publish)
             if batch.forward_mode.is_idle():
-                return self.idle(on_publish)
+                return self.idle(batch, on_publish)
             block = self.draft(batch, batch.spec_info)
             target_out, accepted = self.verify(batch, block, grammar_barrier)
             return self.commit(batch, block, target_out, accepted, on_publish)
@@ -253,7 +253,9 @@ class DFlashWorker(BaseSpecWorker):
         if self.penalties is not None:
             self.penalties.start(batch.req_pool_indices, first_tokens)
 
-    def idle(self, on_publish):
+    def idle(self, batch, on_publish):
+        if dp_attention.enabled():  # the peers' verify collectives need this rank too
+            dp_attention.run_idle_verify(batch, self.target_worker, self.block_size, self.device)
         empty = torch.empty((0,), dtype=torch.int64, device=self.device)
         state = DFlashDraftState.create(empty, empty)
         if on_publish is not None:
@@ -325,7 +327,8 @@ class DFlashWorker(BaseSpecWorker):
         with torch.inference_mode():
             hidden = self.draft_runner.forward(forward_batch).logits_output.hidden_states
         hidden = hidden.view(bs, size, -1)[:, 1:].flatten(0, 1)
-        drafts = vocab_parallel_argmax(hidden, self.target_model.lm_head, get_parallel().tp_group)
+        lm_head = self.target_model.lm_head  # vocab-parallel over its own group (attention TP under DP)
+        drafts = vocab_parallel_argmax(hidden, lm_head, getattr(lm_head, "tp_group", get_parallel().tp_group))
         block_ids[:, 1:] = drafts.view(bs, size - 1)
         if draft_loc is None:
             draft_loc = kv_plan.write_ids(self.draft_runner.kv_index_translator).view(bs, size)
@@ -356,10 +359,16 @@ class DFlashWorker(BaseSpecWorker):
         committed_cpu, committed_sum = batch.seq_lens_cpu, batch.seq_lens_sum
         batch.seq_lens_cpu = host_read_bound(batch, batch.spec_info, size)
         batch.seq_lens_sum = int(batch.seq_lens_cpu.sum())
-        forward_batch, _ = verify_input.prepare_for_verify(batch, self.target_worker)
+        dp = dp_attention.enabled()  # attention metadata is planned after the DP padding
+        forward_batch, _ = verify_input.prepare_for_verify(batch, self.target_worker, defer_metadata_init=dp)
         batch.seq_lens_cpu, batch.seq_lens_sum = committed_cpu, committed_sum
+        if dp:
+            dp_attention.run_eager_if_peers_differ(forward_batch, batch)
         target_out = self.target_worker.forward_batch_generation(
-            batch=None, forward_batch=forward_batch, is_verify=True, skip_attn_backend_init=True
+            batch=None,
+            forward_batch=forward_batch,
+            is_verify=True,
+            skip_attn_backend_init=None if dp else True,  # planned above, unless deferred
         )
         logits = target_out.logits_output.next_token_logits
         info = batch.sampling_info

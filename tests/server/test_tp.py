@@ -7,8 +7,8 @@ unsharded one does) and under the plain worker with a draft window of 8, which t
 outgrow. At temperature 1 the overlap worker samples the target's own law. A hybrid target
 (Gated DeltaNet heads sharded too) equals transformers' greedy decoding under the overlap worker.
 
-Servers: the hybrid one, one refused at startup (attention DP), then one no-spec and one per
-worker (at most two up at once); about 5 minutes in all.
+Servers: the hybrid one, then one no-spec and one per worker (at most two up at once); about 4
+minutes in all.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from dflash_sglang.testing.server import ServerError, SGLangServer
+from dflash_sglang.testing.server import SGLangServer
 
 from . import hybrid
 from .conftest import dflash_args
@@ -56,16 +56,6 @@ def test_hybrid_target_equals_transformers_concurrently_and_on_a_radix_hit(tmp_p
     assert any(out["meta_info"]["spec_accept_length"] > 1 for out in outs)
     assert again["meta_info"]["cached_tokens"] >= hybrid.TRACK_INTERVAL
     assert again["output_ids"] == want[-1]
-
-
-def test_dp_attention_is_refused_at_startup_naming_the_option(pair8):
-    dp_attention = ["--dp-size", "2", "--enable-dp-attention", "--enable-dp-lm-head"]
-    args = [*TP2, *dp_attention, *dflash_args(pair8, BLOCK)]
-    with pytest.raises(ServerError) as err:
-        SGLangServer(pair8.target, args, env=WORKERS["overlap"][0], timeout=240).start()
-    log = err.value.args[0]
-    assert "DFlashConfigError: --enable-dp-attention" in log
-    assert "DFLASH_SGLANG_WORKER=builtin" in log
 
 
 @pytest.fixture(scope="module")
