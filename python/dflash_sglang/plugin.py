@@ -97,7 +97,8 @@ def _create_worker(original, algorithm, server_args):
         return original(algorithm, server_args)
     from sglang.srt.arg_groups.overrides import resolving_view
 
-    from .worker import DFlashOverlapWorker, DFlashWorker
+    from .overlap import DFlashOverlapWorker
+    from .worker import DFlashWorker
 
     return DFlashWorker if resolving_view(server_args).disable_overlap_schedule else DFlashOverlapWorker
 

@@ -15,7 +15,7 @@ come from SGLang's spec-v2 over-allocation (`DFlashDraftInputV2.prepare_for_deco
 slots are reserved ahead, rejected ones are simply overwritten next step.
 
 No phase reads device data on the host, so SGLang's overlap scheduler can plan step t+1 while step
-t runs. `DFlashWorker` runs under SGLang's synchronous loop; `DFlashOverlapWorker` (below) under
+t runs. `DFlashWorker` runs under SGLang's synchronous loop; `DFlashOverlapWorker` (overlap.py) under
 the overlap loop, with the drafter-side work on its own CUDA stream (streams.py, docs/overlap.md).
 """
 
@@ -33,7 +33,7 @@ from sglang.srt.model_executor.forward_batch_info import (
     ForwardMode,
     compute_position,
 )
-from sglang.srt.runtime_context import get_memory, get_parallel, get_spec
+from sglang.srt.runtime_context import get_parallel, get_spec
 from sglang.srt.speculative.base_spec_worker import BaseSpecWorker
 from sglang.srt.speculative.dflash_info import DFlashVerifyInput
 from sglang.srt.speculative.draft_worker_common import (
@@ -54,7 +54,7 @@ from .sampled_verify import sampled_accept
 from .sampling import vocab_parallel_argmax
 from .sampling_prewarm import prewarm_sampled_verify
 from .spec_info import DFlashDraftState, host_read_bound
-from .streams import DrafterStream, drafter_stream_wanted
+from .streams import DrafterStream
 from .tp_agreement import TpAgreement, draft_scope
 from .verify_logits import adjust_verify_logits, grammar_tree
 
@@ -416,19 +416,3 @@ class DFlashWorker(BaseSpecWorker):
             routed_experts_output=target_out.routed_experts_output,
             indexer_topk_output=target_out.indexer_topk_output,
         )
-
-
-class DFlashOverlapWorker(DFlashWorker):
-    """The same step under SGLang's overlap scheduler (`SGLANG_ENABLE_SPEC_V2=1`): the host plans
-    step t+1 once `on_publish` has the new lengths, while the GPU finishes step t; the drafter's
-    work runs on its own CUDA stream, overlapping the target's tail (docs/overlap.md)."""
-
-    schedule = "overlap"
-
-    def wants_drafter_stream(self, server_args) -> bool:
-        # Hierarchical cache and the unified pool move KV on their own streams, ordered only
-        # against the forward stream: keep draft-KV writes there.
-        memory = get_memory()
-        if memory.enable_hierarchical_cache or memory.enable_unified_memory:
-            return False
-        return drafter_stream_wanted()  # DFLASH_SGLANG_DRAFTER_STREAM=0: A/B timings

@@ -51,7 +51,7 @@ def prompt_ids(pair):
 def test_both_dp_ranks_serve_our_worker(server):
     log = server.log_path.read_text()
     for rank in ("DP0 TP0", "DP1 TP1"):
-        assert f"{rank}] dflash_sglang: DFLASH served by dflash_sglang.worker.DFlashOverlapWorker" in log
+        assert f"{rank}] dflash_sglang: DFLASH served by dflash_sglang.overlap.DFlashOverlapWorker" in log
 
 
 def test_one_at_a_time_an_idle_rank_keeps_step_and_outputs_equal_the_reference(pair, server, prompt_ids):

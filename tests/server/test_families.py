@@ -50,7 +50,7 @@ def test_the_real_model_class_runs(family):
     name, server, _, _ = family
     log = server.log_path.read_text()
     assert ARCHITECTURES[name] in log
-    assert "DFLASH served by dflash_sglang.worker.DFlashOverlapWorker" in log
+    assert "DFLASH served by dflash_sglang.overlap.DFlashOverlapWorker" in log
 
 
 def test_alone_concurrent_and_radix_hits_equal_nospec(family):

@@ -75,9 +75,9 @@ def case(request, tmp_path_factory):
 
 def test_our_worker_serves_it(case):
     name, _, server, _ = case
-    worker = "DFlashOverlapWorker" if name.startswith("overlap") else "DFlashWorker"
+    worker = "overlap.DFlashOverlapWorker" if name.startswith("overlap") else "worker.DFlashWorker"
     log = server.log_path.read_text()
-    assert f"DFLASH served by dflash_sglang.worker.{worker}" in log
+    assert f"DFLASH served by dflash_sglang.{worker}" in log
     if "-w12-" in name:  # the drafter reads its last 12 tokens from a ring of 12 + 4 slots each
         assert "draft window 12: draft KV pool of" in log and " x 16), target pool" in log
     if "lazy" in name:  # SGLang took the lazy strategy (its tracking planned at schedule time)

@@ -60,7 +60,7 @@ def test_startup_log_names_the_worker(server):
     mode, s = server
     log = s.log_path.read_text()
     if mode == "overlap":
-        assert "served by dflash_sglang.worker.DFlashOverlapWorker (overlap schedule" in log
+        assert "served by dflash_sglang.overlap.DFlashOverlapWorker (overlap schedule" in log
         assert "host-sync check on" in log
     else:
         assert "served by dflash_sglang.worker.DFlashWorker (synchronous schedule" in log

@@ -72,7 +72,7 @@ def prompt_ids(pair):
 
 def test_both_sides_serve_our_worker(pd):
     for server in (pd.prefill, pd.decode):
-        assert "DFLASH served by dflash_sglang.worker.DFlashOverlapWorker" in server.log_path.read_text()
+        assert "DFLASH served by dflash_sglang.overlap.DFlashOverlapWorker" in server.log_path.read_text()
 
 
 def test_greedy_through_the_router_equals_the_reference_drafts_included(pair, pd, prompt_ids):

@@ -49,7 +49,7 @@ def test_seed_command_parses_and_serves_on_the_tiny_hybrid_pair(script, tmp_path
     extra = [a for a in args if a not in ("--model-path", model_path)]
     with SGLangServer(model_path, [*extra, *HYBRID_ARGS], base_args=cpu_only,
                       env={**HYBRID_ENV, **SEED_OVERLAP}) as server:  # fmt: skip
-        assert "DFLASH served by dflash_sglang.worker.DFlashOverlapWorker" in server.log_path.read_text()
+        assert "DFLASH served by dflash_sglang.overlap.DFlashOverlapWorker" in server.log_path.read_text()
         for ids in prompts()[2:4]:
             out = server.generate(ids, 24, ignore_eos=True)
             assert out["output_ids"] == greedy(pair.target, ids, 24)

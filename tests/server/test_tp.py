@@ -93,9 +93,9 @@ def expected(nospec, prompt_ids):
 
 def test_both_ranks_serve_our_worker(dflash):
     log = dflash.log_path.read_text()
-    worker = "DFlashOverlapWorker" if dflash.kind == "overlap" else "DFlashWorker"
+    worker = "overlap.DFlashOverlapWorker" if dflash.kind == "overlap" else "worker.DFlashWorker"
     for rank in ("TP0", "TP1"):
-        assert f"{rank}] dflash_sglang: DFLASH served by dflash_sglang.worker.{worker}" in log
+        assert f"{rank}] dflash_sglang: DFLASH served by dflash_sglang.{worker}" in log
 
 
 def test_greedy_equals_nospec_tp2_and_the_reference_one_at_a_time(pair, dflash, prompt_ids, expected):

@@ -57,7 +57,8 @@ def prompt_ids(pair):
 
 def test_startup_log_names_our_worker(dflash):
     log = dflash.log_path.read_text()
-    assert "dflash_sglang: DFLASH served by dflash_sglang.worker.DFlashOverlapWorker (overlap schedule" in log
+    served_by = "dflash_sglang: DFLASH served by dflash_sglang.overlap.DFlashOverlapWorker"
+    assert f"{served_by} (overlap schedule" in log
 
 
 def test_greedy_generate_equals_reference_one_at_a_time(pair, dflash, nospec, prompt_ids):

@@ -40,7 +40,7 @@ BUILTIN = "sglang.srt.speculative.dflash_worker_v2.DFlashWorkerV2"
 
 @pytest.mark.parametrize(
     "env,schedule,expected",
-    [({}, "overlap", "dflash_sglang.worker.DFlashOverlapWorker"),
+    [({}, "overlap", "dflash_sglang.overlap.DFlashOverlapWorker"),
      ({}, "sync", "dflash_sglang.worker.DFlashWorker"),
      ({"DFLASH_SGLANG_WORKER": "builtin"}, "overlap", BUILTIN),
      ({"DFLASH_SGLANG_DISABLE": "1"}, "sync", BUILTIN)],
@@ -60,9 +60,9 @@ OVERLAP_OFF = {"SGLANG_ENABLE_SPEC_V2": "", "SGLANG_ENABLE_DFLASH_SPEC_V2": ""}
 
 @pytest.mark.parametrize(
     "env,flags,worker,schedule",
-    [({"SGLANG_ENABLE_DFLASH_SPEC_V2": "1"}, [], "DFlashOverlapWorker", "overlap"),
-     ({"SGLANG_ENABLE_SPEC_V2": "1"}, ["--disable-overlap-schedule"], "DFlashWorker", "synchronous"),
-     ({}, [], "DFlashWorker", "synchronous")],
+    [({"SGLANG_ENABLE_DFLASH_SPEC_V2": "1"}, [], "overlap.DFlashOverlapWorker", "overlap"),
+     ({"SGLANG_ENABLE_SPEC_V2": "1"}, ["--disable-overlap-schedule"], "worker.DFlashWorker", "synchronous"),
+     ({}, [], "worker.DFlashWorker", "synchronous")],
     ids=["dflash-spec-v2", "spec-v2-but-disabled", "no-flag"],
 )  # fmt: skip
 def test_overlap_toggles_as_the_seed_cards_use_them(pair, env, flags, worker, schedule):
@@ -70,7 +70,7 @@ def test_overlap_toggles_as_the_seed_cards_use_them(pair, env, flags, worker, sc
     args = ["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", pair.draft, *flags]
     with SGLangServer(pair.target, args, env={**OVERLAP_OFF, **env}) as server:
         log = server.log_path.read_text()
-    assert f"DFLASH served by dflash_sglang.worker.{worker} ({schedule} schedule" in log
+    assert f"DFLASH served by dflash_sglang.{worker} ({schedule} schedule" in log
 
 
 @pytest.fixture(scope="module")
