@@ -10,7 +10,7 @@ are SGLang's (`DFLASH_ACCEPT_GREEDY`, `DFLASH_ACCEPT_SAMPLE`, `DFLASH_TARGET`), 
 `SGLANG_SPEC_TP_SYNC` selects them for both workers alike. At TP=1 nothing is sent.
 
 The drafter is built under SGLang's draft TP scope (`draft_scope`): with plain TP the draft
-shares the target's group; under attention DP or CP SGLang narrows it (both refused for now,
+shares the target's group; under attention DP or CP SGLang narrows it (CP is refused for now,
 sglang_draft.refuse_unsupported_parallelism).
 """
 
