@@ -20,13 +20,24 @@ def test_demo_no_spec_args_drop_speculation_model_host_and_port():
 
 
 def test_embed_replaces_only_the_marked_section(tmp_path):
+    one, tp2 = (
+        ("<!-- make bench: begin -->", "<!-- make bench: end -->"),
+        ("<!-- make bench tp2: begin -->", "<!-- make bench tp2: end -->"),
+    )
     docs = tmp_path / "benchmarks.md"
-    docs.write_text(f"# B\nbefore\n{suite.BEGIN}\nold table\n{suite.END}\nafter\n")
-    assert suite.embed(docs, "new table")
-    assert docs.read_text() == f"# B\nbefore\n{suite.BEGIN}\nnew table\n{suite.END}\nafter\n"
+    docs.write_text(f"# B\n{one[0]}\nold\n{one[1]}\nbetween\n{tp2[0]}\nold tp2\n{tp2[1]}\nafter\n")
+    assert suite.embed(docs, "new tp2", suite.MARKERS["tiny-cpu-tp2"])
+    assert suite.embed(docs, "new", suite.MARKERS["tiny-cpu"])
+    assert docs.read_text() == f"# B\n{one[0]}\nnew\n{one[1]}\nbetween\n{tp2[0]}\nnew tp2\n{tp2[1]}\nafter\n"
     docs.write_text("no markers")
     assert not suite.embed(docs, "x") and docs.read_text() == "no markers"
     assert not suite.embed(tmp_path / "missing.md", "x")
+
+
+def test_every_run_starts_with_its_no_spec_baseline_and_tp_runs_at_tp2():
+    assert [variants[0].speculative for variants in suite.RUNS.values()] == [False, False]
+    assert set(suite.RUNS) == set(suite.MARKERS)
+    assert all("--tp-size" in v.args and v.env["SGLANG_CPU_OMP_THREADS_BIND"] for v in suite.TP2_VARIANTS)
 
 
 def test_missing_trained_pair_falls_back_to_the_random_pair(tmp_path, monkeypatch, capsys):

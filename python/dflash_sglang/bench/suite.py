@@ -7,7 +7,9 @@ speculation (the baseline), our worker with SGLANG_ENABLE_SPEC_V2=1 (the overlap
 worker without it, SGLang's built-in DFLASH worker (DFLASH_SGLANG_WORKER=builtin), and our worker
 at block sizes 4 and 16 (the pair's drafter is trained at 8: acceptance per block size). Writes
 `tiny-cpu.{md,json}` and PNGs into --out, and the same tables between the `make bench` markers of
---docs (docs/benchmarks.md). A server that fails to start is reported as such; the others run.
+--docs (docs/benchmarks.md). Then the same at `--tp-size 2` (two ranks over gloo, one core each):
+no speculation, our overlap worker and SGLang's built-in, into `tiny-cpu-tp2.*` and the
+`make bench tp2` markers. A server that fails to start is reported as such; the others run.
 """
 
 from __future__ import annotations
@@ -33,7 +35,6 @@ from .tiny_prompts import EMBEDDED_PAIR
 from .tiny_prompts import describe as describe_tiny
 
 RANDOM_PAIR = Path(".tiny")  # a random-weight stand-in while no trained pair exists
-BEGIN, END = "<!-- make bench: begin -->", "<!-- make bench: end -->"
 
 
 @dataclass
@@ -43,6 +44,7 @@ class Variant:
     env: dict = field(default_factory=dict)
     notes: str = ""
     block: int | None = None  # --speculative-num-draft-tokens; None: the drafter's own block size
+    args: tuple = ()  # further server arguments
 
 
 VARIANTS = [
@@ -55,6 +57,24 @@ VARIANTS = [
     Variant("dflash_sglang b4", True, notes="our worker, --speculative-num-draft-tokens 4", block=4),
     Variant("dflash_sglang b16", True, notes="our worker, --speculative-num-draft-tokens 16", block=16),
 ]
+
+# Tensor parallelism on CPU: two ranks over gloo, one core each (docs/parallel.md).
+TP2, ONE_CORE_PER_RANK = ("--tp-size", "2"), {"SGLANG_CPU_OMP_THREADS_BIND": "0|1"}
+TP2_VARIANTS = [
+    Variant("no-spec tp2", False, ONE_CORE_PER_RANK, "plain decoding, --tp-size 2", args=TP2),
+    Variant(
+        "dflash_sglang spec-v2 tp2", True, {**ONE_CORE_PER_RANK, "SGLANG_ENABLE_SPEC_V2": "1"},
+        "our worker, SGLANG_ENABLE_SPEC_V2=1, --tp-size 2", args=TP2,
+    ),
+    Variant(
+        "sglang built-in tp2", True, {**ONE_CORE_PER_RANK, "DFLASH_SGLANG_WORKER": "builtin"},
+        "DFLASH_SGLANG_WORKER=builtin, --tp-size 2", args=TP2,
+    ),
+]  # fmt: skip
+
+# Output name -> its variants (the first is the baseline) and its markers in docs/benchmarks.md.
+RUNS = {"tiny-cpu": VARIANTS, "tiny-cpu-tp2": TP2_VARIANTS}
+MARKERS = {"tiny-cpu": "make bench", "tiny-cpu-tp2": "make bench tp2"}
 
 
 def resolve_pair(pair: Path) -> tuple[Path, str]:
@@ -73,7 +93,9 @@ def serve_and_bench(variant: Variant, pair: Path, prompts, sampling, concurrenci
     block = variant.block or DFlashConfig.from_pretrained(pair / "draft").block_size
     args = ["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", (pair / "draft").resolve(),
             "--speculative-num-draft-tokens", block] if variant.speculative else []  # fmt: skip
-    server = SGLangServer((pair / "target").resolve(), args, env=variant.env, base_args=CPU_ARGS)
+    server = SGLangServer(
+        (pair / "target").resolve(), [*variant.args, *args], env=variant.env, base_args=CPU_ARGS
+    )
     try:
         with server:
             run = describe(server.base_url, variant.label, notes=variant.notes)
@@ -86,16 +108,26 @@ def serve_and_bench(variant: Variant, pair: Path, prompts, sampling, concurrenci
         )
 
 
-def embed(docs: Path, markdown: str) -> bool:
+def embed(docs: Path, markdown: str, marker: str = "make bench") -> bool:
     """Replace the text between the markers in docs; False where the markers are missing."""
     if not docs.is_file():
         return False
+    begin, end = f"<!-- {marker}: begin -->", f"<!-- {marker}: end -->"
     text = docs.read_text()
-    pattern = re.compile(re.escape(BEGIN) + ".*?" + re.escape(END), re.DOTALL)
+    pattern = re.compile(re.escape(begin) + ".*?" + re.escape(end), re.DOTALL)
     if not pattern.search(text):
         return False
-    docs.write_text(pattern.sub(lambda _: f"{BEGIN}\n{markdown}\n{END}", text))
+    docs.write_text(pattern.sub(lambda _: f"{begin}\n{markdown}\n{end}", text))
     return True
+
+
+def report_run(run, name: str, out: Path, docs: Path) -> None:
+    written = write_outputs(run, out, name)
+    images = [os.path.relpath(path, docs.parent) for key, path in written.items() if key.endswith(".png")]
+    if embed(docs, report.markdown(run, images), MARKERS[name]):
+        print(f"updated the {MARKERS[name]} section of {docs}")
+    print(report.throughput_table(run))
+    print("\nwrote", ", ".join(str(path) for path in written.values()))
 
 
 def main(argv=None) -> int:
@@ -114,20 +146,14 @@ def main(argv=None) -> int:
     pair, pair_line = resolve_pair(args.pair)
     prompts = take(load_prompts("tiny", pair_dir=pair), args.num_prompts)
     sampling = Sampling(args.max_tokens)
-    variants = [v for v in VARIANTS if not args.only or v.label in args.only.split(",")]
-    run = new_run(
-        f"tiny: {describe_tiny(pair)}; {pair_line}", len(prompts), sampling, args.concurrency, "no-spec"
-    )
-    for variant in variants:
-        run.servers.append(serve_and_bench(variant, pair, prompts, sampling, args.concurrency))
-    written = write_outputs(run, args.out, "tiny-cpu")
-    images = [
-        os.path.relpath(path, args.docs.parent) for key, path in written.items() if key.endswith(".png")
-    ]
-    if embed(args.docs, report.markdown(run, images)):
-        print(f"updated the make bench section of {args.docs}")
-    print(report.throughput_table(run))
-    print("\nwrote", ", ".join(str(path) for path in written.values()))
+    only = set(args.only.split(",")) if args.only else None
+    dataset = f"tiny: {describe_tiny(pair)}; {pair_line}"
+    for name, variants in RUNS.items():
+        variants = [v for v in variants if only is None or v.label in only]
+        if variants:  # each run's baseline is its list's first entry, no speculation
+            run = new_run(dataset, len(prompts), sampling, args.concurrency, RUNS[name][0].label)
+            run.servers = [serve_and_bench(v, pair, prompts, sampling, args.concurrency) for v in variants]
+            report_run(run, name, args.out, args.docs)
     return 0
 
 
