@@ -136,6 +136,9 @@ SIGNATURES = {
     "sglang.srt.layers.attention.base_attn_backend.AttentionBackend.get_cuda_graph_seq_len_fill_value":
         "(self)",
     "sglang.srt.layers.dp_attention.memcpy": "(dst, src, dim, offset, sz, offset_src)",
+    "sglang.kernels.ops.elementwise.elementwise._launch_fused_gate_sigmoid_mul":
+        "(hidden_states: torch.Tensor, gate_weight: torch.Tensor, shared_output: torch.Tensor, "
+        "output: torch.Tensor, *, do_add: bool) -> None",
     "sglang.srt.disaggregation.common.conn.CommonKVSender.__init__":
         "(self, mgr: 'CommonKVManager', bootstrap_addr: 'str', bootstrap_room: 'int', "
         "req_has_disagg_prefill_dp_rank: 'bool' = False)",

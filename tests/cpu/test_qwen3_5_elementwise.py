@@ -1,6 +1,7 @@
 """The Qwen3.5 elementwise stand-ins (cpu/qwen3_5_elementwise.py): the projection split against
 per-head slicing of the checkpoint layout, the gated RMSNorm against transformers'
-Qwen3_5RMSNormGated and a per-row formula, the output gate against attn * sigmoid(gate)."""
+Qwen3_5RMSNormGated and a per-row formula, the output gate against attn * sigmoid(gate), the
+shared-expert gate against transformers' Qwen3.5-MoE block (sigmoid(gate(h)) * shared(h))."""
 
 import pytest
 import torch
@@ -8,6 +9,7 @@ from transformers.models.qwen3_5.modeling_qwen3_5 import Qwen3_5RMSNormGated
 
 from dflash_sglang.cpu.qwen3_5_elementwise import (
     gated_rms_norm_forward_on_cpu,
+    shared_expert_gate_on_cpu,
     sigmoid_mul_on_cpu,
     split_qkvzba_on_cpu,
 )
@@ -83,6 +85,18 @@ def test_sigmoid_gate_reads_a_strided_per_head_gate_and_writes_in_place():
     torch.testing.assert_close(attn, want)
 
 
+@pytest.mark.parametrize("do_add", [False, True])
+def test_shared_expert_gate_matches_the_per_token_sigmoid_of_a_linear_gate(do_add):
+    hidden, shared, routed = rand(TOKENS, 16), rand(TOKENS, 16, seed=1), rand(TOKENS, 16, seed=2)
+    gate = torch.nn.Linear(16, 1, bias=False)  # transformers' shared_expert_gate
+    with torch.no_grad():
+        gate.weight.copy_(rand(1, 16, seed=3))
+        want = torch.sigmoid(gate(hidden)) * shared + (routed if do_add else 0)
+    out = routed.clone()
+    shared_expert_gate_on_cpu(fail, hidden, gate.weight.detach().view(-1), shared, out, do_add=do_add)
+    torch.testing.assert_close(out, want)
+
+
 def test_other_devices_go_to_sglang():
     meta = torch.empty(2, 4, device="meta")
 
@@ -92,3 +106,4 @@ def test_other_devices_go_to_sglang():
     assert split_qkvzba_on_cpu(original, meta, meta, 1, 1, 1, 1) == "sglang"
     assert gated_rms_norm_forward_on_cpu(original, None, meta) == "sglang"
     assert sigmoid_mul_on_cpu(original, meta, meta) == "sglang"
+    assert shared_expert_gate_on_cpu(original, meta, meta, meta, meta, do_add=True) == "sglang"

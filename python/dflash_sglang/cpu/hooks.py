@@ -51,6 +51,7 @@ HOOKS: tuple[Hook, ...] = (
     Hook(gdn.CHUNK_TARGET, gdn.chunk_gated_delta_rule_on_cpu),
     Hook(qwen3_5_elementwise.GATED_NORM_TARGET, qwen3_5_elementwise.gated_rms_norm_forward_on_cpu),
     Hook(qwen3_5_elementwise.SIGMOID_MUL_TARGET, qwen3_5_elementwise.sigmoid_mul_on_cpu),
+    Hook(qwen3_5_elementwise.SHARED_GATE_TARGET, qwen3_5_elementwise.shared_expert_gate_on_cpu),
     Hook(mamba_state.TRACK_TARGET, mamba_state.track_on_cpu),
     Hook(mamba_state.TRACK_ALL_LAYERS_TARGET, mamba_state.track_all_layers_on_cpu),
     Hook(no_accelerator.PIN_MEMORY_TARGET, no_accelerator.pin_memory_without_accelerator),

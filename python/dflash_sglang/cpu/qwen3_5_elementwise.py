@@ -8,7 +8,10 @@
   times the weight, gated by act(z) after the norm (or before it, when `norm_before_gate` is off),
   act = silu ("swish") or sigmoid;
 - fused_sigmoid_mul (full-attention output gate): attn * sigmoid(gate), gate possibly a strided
-  [tokens, heads, head_dim] view of the same numbers.
+  [tokens, heads, head_dim] view of the same numbers;
+- _launch_fused_gate_sigmoid_mul (the MoE layers' shared-expert gate, Qwen3.5-MoE and Qwen2-MoE
+  style): sigmoid(hidden . gate_weight) per token, times the shared expert's output, optionally
+  added to the routed experts' output.
 All compute in float32 and round once to the input's dtype, as the kernels do.
 """
 
@@ -20,6 +23,7 @@ import torch.nn.functional as F
 SPLIT_TARGET = "sglang.kernels.ops.attention.triton_gdn_fused_proj.fused_qkvzba_split_reshape_cat_contiguous"
 GATED_NORM_TARGET = "sglang.kernels.ops.attention.fla.layernorm_gated.RMSNorm.forward"
 SIGMOID_MUL_TARGET = "sglang.kernels.ops.elementwise.elementwise.fused_sigmoid_mul"
+SHARED_GATE_TARGET = "sglang.kernels.ops.elementwise.elementwise._launch_fused_gate_sigmoid_mul"
 
 
 def split_qkvzba_on_cpu(original, mixed_qkvz, mixed_ba, num_heads_qk, num_heads_v, head_qk, head_v):
@@ -76,3 +80,14 @@ def sigmoid_mul_on_cpu(original, attn_output, gate, inplace=False, quant=False):
         attn_output.dtype
     )
     return attn_output.copy_(result) if inplace else result
+
+
+def shared_expert_gate_on_cpu(original, hidden_states, gate_weight, shared_output, output, *, do_add):
+    """AROUND _launch_fused_gate_sigmoid_mul: output = sigmoid(h . w) * shared (+ output)."""
+    if not hidden_states.is_cpu:
+        return original(hidden_states, gate_weight, shared_output, output, do_add=do_add)
+    gate = torch.sigmoid((hidden_states.float() * gate_weight.float()).sum(-1, keepdim=True))
+    result = gate * shared_output.float()
+    if do_add:
+        result = result + output.float()
+    output.copy_(result)
