@@ -3,7 +3,9 @@ model class its real checkpoint loads, in real SGLang servers on CPU (float32): 
 (block 4, host-sync check on) equals a no-spec server of the same target token for token, one at a
 time, concurrently, and on radix-cache hits, and its drafts are accepted. On the MoE target the
 routed experts (`--enable-return-routed-experts`, `return_routed_experts`) of every prompt and
-generated token equal the no-spec server's: the verify forward passes them through."""
+generated token equal the no-spec server's: the verify forward passes them through. The hybrid MoE
+family (Qwen3_5MoeForCausalLM: Gated DeltaNet + attention, experts with a gated shared expert)
+equals transformers' greedy decoding, one at a time and concurrently."""
 
 from __future__ import annotations
 
@@ -13,7 +15,9 @@ import pytest
 
 from dflash_sglang.testing.server import SGLangServer
 from dflash_sglang.testing.tiny_families import FAMILIES, write_tiny_family_pair
+from dflash_sglang.testing.tiny_hybrid import HybridShape, write_tiny_hybrid_pair
 
+from . import hybrid
 from .conftest import OVERLAP_CHECKED, dflash_args
 from .pairs import HOT_SHAPE, chat_prompts, load
 
@@ -62,3 +66,22 @@ def test_alone_concurrent_and_radix_hits_equal_nospec(family):
         together = list(pool.map(lambda ids: server.generate(ids, MAX_NEW), prompts))
     assert [out["output_ids"] for out in together] == want
     assert min(out["meta_info"]["cached_tokens"] for out in together) > 0
+
+
+def test_hybrid_moe_equals_transformers_alone_and_concurrently(tmp_path):
+    """The Qwen3.5-35B-A3B / 397B-A17B family, tiny: 4 experts (top 2) and a gated shared expert
+    in every layer. Overlap worker, extra_buffer, block 8; six prompts of 1-130 tokens."""
+    shape = HybridShape(hot_tokens=3, experts=4)
+    pair = write_tiny_hybrid_pair(tmp_path, seed=0, block_size=hybrid.BLOCK, shape=shape)
+    args = [*hybrid.HYBRID_ARGS, *hybrid.EXTRA_BUFFER, *dflash_args(pair, hybrid.BLOCK)]
+    env = {**hybrid.HYBRID_ENV, **OVERLAP_CHECKED}
+    prompts = hybrid.prompts()
+    want = [hybrid.greedy(pair.target, ids, MAX_NEW) for ids in prompts]
+    with SGLangServer(pair.target, args, env=env) as server:
+        alone = [hybrid.generate(server, ids, MAX_NEW) for ids in prompts]
+        with ThreadPoolExecutor(len(prompts)) as pool:
+            together = list(pool.map(lambda ids: hybrid.generate(server, ids, MAX_NEW), prompts))
+        assert "Qwen3_5MoeForCausalLM" in server.log_path.read_text()
+    assert [out["output_ids"] for out in alone] == want
+    assert [out["output_ids"] for out in together] == want
+    assert max(out["meta_info"]["spec_accept_length"] for out in alone) > 1

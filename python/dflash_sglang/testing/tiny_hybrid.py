@@ -4,7 +4,9 @@
 
 writes DIR/target, a text-only `Qwen3_5ForCausalLM` whose layers alternate Gated DeltaNet linear
 attention and gated full attention (`full_attention_interval`), with the tokenizer and chat
-template of `testing.tiny`, and DIR/draft, a DFlash drafter reading target layers SGLang's Qwen3.5
+template of `testing.tiny` (with `HybridShape(experts=E)`: a `Qwen3_5MoeForCausalLM`, every layer's
+MLP a top-2-of-E mixture of experts plus a gated shared expert, as in Qwen3.5-35B-A3B and
+Qwen3.5-397B-A17B), and DIR/draft, a DFlash drafter reading target layers SGLang's Qwen3.5
 model can capture. Nothing is downloaded.
 """
 
@@ -15,7 +17,7 @@ import json
 from pathlib import Path
 
 import torch
-from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
+from transformers import Qwen3_5ForCausalLM, Qwen3_5MoeForCausalLM, Qwen3_5MoeTextConfig, Qwen3_5TextConfig
 
 from .tiny import MASK_TOKEN, TinyPair, TinyShape, _init_, build_tokenizer, tiny_draft
 
@@ -29,6 +31,7 @@ class HybridShape(TinyShape):
     linear_value_heads: int = 4  # two value heads per key head, as in the real checkpoints
     linear_head_dim: int = 16
     conv_kernel: int = 4
+    experts: int = 0  # > 0: the hybrid MoE family (top-2 routing, a gated shared expert)
 
     def layer_types(self) -> list[str]:
         interval = self.full_attention_interval
@@ -48,11 +51,20 @@ class HybridShape(TinyShape):
 
 def tiny_hybrid_target(
     shape: HybridShape = HybridShape(), seed: int = 0, vocab_size: int | None = None, eos_token_id=None
-) -> Qwen3_5ForCausalLM:
-    config = Qwen3_5TextConfig(
+) -> Qwen3_5ForCausalLM | Qwen3_5MoeForCausalLM:
+    moe = dict(
+        num_experts=shape.experts,
+        num_experts_per_tok=2,
+        moe_intermediate_size=shape.intermediate_size // 2,
+        shared_expert_intermediate_size=shape.intermediate_size // 2,
+    )
+    config_class, model_class = (Qwen3_5MoeTextConfig, Qwen3_5MoeForCausalLM) if shape.experts else (
+        Qwen3_5TextConfig, Qwen3_5ForCausalLM
+    )  # fmt: skip
+    config = config_class(
+        **(moe if shape.experts else {"intermediate_size": shape.intermediate_size}),
         vocab_size=vocab_size or shape.vocab_size or 512,
         hidden_size=shape.hidden_size,
-        intermediate_size=shape.intermediate_size,
         num_hidden_layers=shape.target_layers,
         num_attention_heads=shape.heads,
         num_key_value_heads=shape.kv_heads,
@@ -68,7 +80,7 @@ def tiny_hybrid_target(
         eos_token_id=eos_token_id,
         dtype="float32",
     )
-    model = Qwen3_5ForCausalLM(config)
+    model = model_class(config)
     _init_(model, shape.init_std, torch.Generator().manual_seed(seed))
     with torch.no_grad():
         model.lm_head.weight[shape.hot_token_ids()] *= 20
