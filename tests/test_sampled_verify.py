@@ -175,3 +175,22 @@ def test_no_host_reads_of_device_data(how):
     params = [info.temperatures, info.top_ks, info.top_ps, info.min_ps]
     with DeviceDataGuard([logits, drafts, *params]):
         sampled_accept(drafts, logits, info, BLOCK, reqs=reqs)
+
+
+def test_a_width_one_step_samples_the_target_law_with_no_drafts():
+    """Verify width 1 (plain decoding through the verify path, verify_width.py): no drafts, one
+    token drawn from the target's law at the verified position."""
+    n, param = 20_000, (0.9, TOP_K_ALL, 0.8, 0.1)
+    logits, _ = case([param], seed=3, spread=1.0)
+    row = logits[:1]
+    g = torch.Generator().manual_seed(2)
+    lengths, tokens = sampled_accept(
+        torch.empty(n, 0, dtype=torch.int64), row.repeat(n, 1), batch_info([param] * n), 1, generator=g
+    )
+    assert lengths.eq(1).all() and tokens.shape == (n, 1)
+    p = target_distribution(row, batch_info([param]), 1)[0, 0].double()
+    counts = torch.bincount(tokens[:, 0], minlength=VOCAB).double()
+    keep = p * n >= 5
+    observed = torch.cat([counts[keep], (n - counts[keep].sum()).view(1)])
+    expected = torch.cat([p[keep] * n, (n - p[keep].sum() * n).view(1)])
+    assert stats.chisquare(observed.numpy(), expected.numpy()).pvalue > 1e-3

@@ -57,6 +57,7 @@ from .spec_info import DFlashDraftState, host_read_bound
 from .streams import DrafterStream
 from .tp_agreement import TpAgreement, draft_scope
 from .verify_logits import adjust_verify_logits, grammar_tree
+from .verify_width import VerifyWidth, narrow
 
 logger = logging.getLogger(__name__)
 
@@ -115,17 +116,19 @@ class DFlashWorker(BaseSpecWorker):
             refuse_unsupported_setups(server_args, self.window_size)
         self.window: DraftWindow | None = None
         self.drafter = DrafterStream(self.device, enabled=self.wants_drafter_stream(server_args))
+        self.widths = VerifyWidth(self.block_size)  # how much of each block is verified
         self.penalties: PenaltyLedger | None = None  # allocated by the first penalised request
         self.check_host_sync = host_sync.enabled()
         logger.info(
             "dflash_sglang: DFLASH served by %s.%s (%s schedule, drafter stream %s%s; block size %d, "
-            "draft window %s, draft layers %d, target layers %s)",
+            "verify width %s, draft window %s, draft layers %d, target layers %s)",
             type(self).__module__,
             type(self).__qualname__,
             self.schedule,
             "on" if self.drafter.active else "off",
             ", host-sync check on" if self.check_host_sync else "",
             self.block_size,
+            self.widths.describe,
             self.window_size or "off",
             config.num_hidden_layers,
             list(config.target_layer_ids),
@@ -202,7 +205,7 @@ class DFlashWorker(BaseSpecWorker):
                 return self.prefill(batch, on_publish)
             if batch.forward_mode.is_idle():
                 return self.idle(batch, on_publish)
-            block = self.draft(batch, batch.spec_info)
+            block = self.draft(batch, batch.spec_info, self.widths.choose(batch))
             target_out, accepted = self.verify(batch, block, grammar_barrier)
             return self.commit(batch, block, target_out, accepted, on_publish)
 
@@ -270,11 +273,12 @@ class DFlashWorker(BaseSpecWorker):
 
     # ---- draft -------------------------------------------------------------------------------
 
-    def draft(self, batch, state) -> Block:
+    def draft(self, batch, state, width: int) -> Block:
         with self.drafter.run():
-            return self.draft_on_drafter_stream(batch, state)
+            return self.draft_on_drafter_stream(batch, state, width)
 
-    def draft_on_drafter_stream(self, batch, state) -> Block:
+    def draft_on_drafter_stream(self, batch, state, width: int) -> Block:
+        """Draft the whole block; keep the first `width` positions for the verify (verify_width.py)."""
         bs, size = len(batch.seq_lens), self.block_size
         seq_lens = batch.seq_lens
         positions = seq_lens.unsqueeze(1) + self.block_offsets  # [bs, B]
@@ -332,7 +336,8 @@ class DFlashWorker(BaseSpecWorker):
         block_ids[:, 1:] = drafts.view(bs, size - 1)
         if draft_loc is None:
             draft_loc = kv_plan.write_ids(self.draft_runner.kv_index_translator).view(bs, size)
-        return Block(block_ids, positions.flatten(), cache_loc, kv_plan, draft_loc)
+        block = Block(block_ids, positions.flatten(), cache_loc, kv_plan, draft_loc)
+        return narrow(block, width, batch, self.model_runner.kv_index_translator, host_lens)
 
     @property
     def target_model(self):
@@ -345,7 +350,7 @@ class DFlashWorker(BaseSpecWorker):
 
     def verify(self, batch, block: Block, grammar_barrier=None):
         self.drafter.join()  # the drafts
-        size = self.block_size
+        size = block.tokens.shape[1]  # the verify width
         grammar = grammar_tree(batch, block.tokens)  # the drafts' host copy runs during the verify
         verify_input = DFlashVerifyInput(
             draft_token=block.tokens.flatten(),
@@ -364,6 +369,8 @@ class DFlashWorker(BaseSpecWorker):
         batch.seq_lens_cpu, batch.seq_lens_sum = committed_cpu, committed_sum
         if dp:
             dp_attention.run_eager_if_peers_differ(forward_batch, batch)
+        if size != self.block_size:  # the verify graphs are captured for whole blocks
+            forward_batch.can_run_decode_cuda_graph = False
         target_out = self.target_worker.forward_batch_generation(
             batch=None,
             forward_batch=forward_batch,
@@ -404,14 +411,15 @@ class DFlashWorker(BaseSpecWorker):
         logits_output.hidden_states = None
         if self.penalties is not None:
             self.penalties.commit(batch.req_pool_indices, accepted.tokens, lengths)
-        attach_request_outputs(batch, logits_output, accepted.tokens, lengths, self.block_size)
+        width = block.tokens.shape[1]
+        attach_request_outputs(batch, logits_output, accepted.tokens, lengths, width)
         return GenerationBatchResult(
             logits_output=logits_output,
             next_token_ids=accepted.tokens.flatten(),
             accept_lens=lengths,
             can_run_cuda_graph=target_out.can_run_cuda_graph,
             next_draft_input=DFlashDraftState.create(bonus, new_seq_lens),
-            speculative_num_draft_tokens=self.block_size,
+            speculative_num_draft_tokens=width,  # the row stride of next_token_ids
             new_seq_lens=new_seq_lens,
             routed_experts_output=target_out.routed_experts_output,
             indexer_topk_output=target_out.indexer_topk_output,

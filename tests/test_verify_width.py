@@ -1,0 +1,40 @@
+"""verify_width.py without a server: the forced width cycle and its startup errors (the decode
+steps themselves are tested in tests/server/test_verify_width.py)."""
+
+import pytest
+
+from dflash_sglang import verify_width
+from dflash_sglang.config import DFlashConfigError
+from dflash_sglang.verify_width import WIDTHS_ENV, VerifyWidth
+
+
+@pytest.fixture(autouse=True)
+def no_dp_attention(monkeypatch):
+    monkeypatch.setattr(verify_width.dp_attention, "enabled", lambda: False)
+
+
+def test_without_the_switch_every_step_verifies_the_whole_block(monkeypatch):
+    monkeypatch.delenv(WIDTHS_ENV, raising=False)
+    widths = VerifyWidth(8)
+    assert [widths.choose(None) for _ in range(3)] == [8, 8, 8]
+    assert widths.describe == "the block size"
+
+
+def test_the_forced_cycle_repeats_step_by_step(monkeypatch):
+    monkeypatch.setenv(WIDTHS_ENV, "8, 1,4")
+    widths = VerifyWidth(8)
+    assert [widths.choose(None) for _ in range(7)] == [8, 1, 4, 8, 1, 4, 8]
+
+
+@pytest.mark.parametrize("text", ["0", "9", "4,x", ","])
+def test_a_bad_cycle_fails_at_startup_naming_the_switch(monkeypatch, text):
+    monkeypatch.setenv(WIDTHS_ENV, text)
+    with pytest.raises(DFlashConfigError, match=WIDTHS_ENV):
+        VerifyWidth(8)
+
+
+def test_attention_dp_keeps_whole_blocks(monkeypatch):
+    monkeypatch.setenv(WIDTHS_ENV, "4,8")
+    monkeypatch.setattr(verify_width.dp_attention, "enabled", lambda: True)
+    with pytest.raises(DFlashConfigError, match="--enable-dp-attention"):
+        VerifyWidth(8)
