@@ -1,0 +1,83 @@
+"""The load-adaptive verify width, as a pure function of measured costs and acceptance (docs/adaptive.md).
+
+Each decode step chooses one width w (verify_width.py: the first w positions of every request's
+drafted block; w = 1 is plain decoding) to maximise the expected committed tokens per second:
+
+    rate(w) = sum over requests i of E_i[tokens | w]  /  cost(bs, w)
+
+- E_i[tokens | w] = 1 + sum_{k=1}^{w-1} prod_{j<=k} q_ij, where q_ij is request i's estimated
+  probability that draft j is accepted given drafts 1..j-1 were (AcceptanceProfile: online counts
+  per position with a Beta prior, censored at the width each step used);
+- cost(bs, w) = target(bs * w) + drafter(bs) [w > 1]: the step's time as a function of the verify
+  tokens (StepCost: a piecewise-linear curve over measured points, extrapolated linearly), plus
+  the drafter's forward when there are drafts to verify. The curve is where load enters: on a
+  compute-bound target, bs * w tokens cost about w times bs tokens, so wide batches pick small w.
+
+Nothing here touches SGLang; the worker feeds it host-side numbers.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+
+@dataclass
+class StepCost:
+    """Seconds of a verify forward over `tokens` tokens, plus the drafter's seconds per request."""
+
+    points: Sequence[tuple[int, float]]  # (verify tokens, seconds), at least two, increasing tokens
+    drafter_per_request: float = 0.0
+    drafter_fixed: float = 0.0
+
+    def target(self, tokens: int) -> float:
+        xs = [x for x, _ in self.points]
+        i = min(max(bisect.bisect_left(xs, tokens), 1), len(xs) - 1)  # the segment, or an end one
+        (x0, y0), (x1, y1) = self.points[i - 1], self.points[i]
+        return y0 + (y1 - y0) * (tokens - x0) / (x1 - x0)
+
+    def step(self, batch_size: int, width: int) -> float:
+        drafter = self.drafter_fixed + self.drafter_per_request * batch_size if width > 1 else 0.0
+        return self.target(batch_size * width) + drafter
+
+
+@dataclass
+class AcceptanceProfile:
+    """One request's online acceptance statistics by draft position (1-based)."""
+
+    positions: int  # B - 1 draft positions
+    prior: tuple[float, float] = (1.0, 1.0)  # Beta(a, b) pseudo-counts: accepted, rejected
+    reached: list[int] = field(default_factory=list)
+    accepted: list[int] = field(default_factory=list)
+
+    def __post_init__(self):
+        self.reached = self.reached or [0] * self.positions
+        self.accepted = self.accepted or [0] * self.positions
+
+    def record(self, width: int, accepted_drafts: int) -> None:
+        """A step that verified `width - 1` drafts and accepted the first `accepted_drafts`."""
+        for j in range(min(accepted_drafts + 1, width - 1)):  # drafts 1 .. accepted + 1 were tested
+            self.reached[j] += 1
+            self.accepted[j] += j < accepted_drafts
+
+    def acceptance(self) -> list[float]:
+        a, b = self.prior
+        return [(self.accepted[j] + a) / (self.reached[j] + a + b) for j in range(self.positions)]
+
+    def expected_tokens(self, width: int) -> float:
+        total, chain = 1.0, 1.0
+        for q in self.acceptance()[: width - 1]:
+            chain *= q
+            total += chain
+        return total
+
+
+def best_width(profiles: Sequence[AcceptanceProfile], cost: StepCost, widths: Sequence[int]) -> int:
+    """The width of `widths` with the most expected committed tokens per second (ties: smaller)."""
+    bs = len(profiles)
+
+    def rate(width: int) -> float:
+        return sum(p.expected_tokens(width) for p in profiles) / cost.step(bs, width)
+
+    return max(sorted(widths), key=lambda w: (rate(w), -w))

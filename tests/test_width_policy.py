@@ -1,0 +1,103 @@
+"""width_policy.py: the chosen width equals a brute-force search that computes expectations by
+enumerating acceptance outcomes; the per-position estimates recover known acceptance rates from
+steps of mixed widths (censoring); and load moves the choice the way the issue expects."""
+
+import itertools
+import random
+
+import pytest
+
+from dflash_sglang.width_policy import AcceptanceProfile, StepCost, best_width
+
+B = 8
+WIDTHS = list(range(1, B + 1))
+
+
+def profile_with(rates: list[float]) -> AcceptanceProfile:
+    """A profile whose estimates are exactly `rates` (counts placed to hit them under the prior)."""
+    profile = AcceptanceProfile(B - 1, prior=(0.0, 0.0))
+    profile.reached = [1000] * (B - 1)
+    profile.accepted = [round(1000 * r) for r in rates]
+    return profile
+
+
+def brute_force_expected_tokens(rates: list[float], width: int) -> float:
+    """sum over outcomes a = accepted drafts of (a + 1) * P(a), enumerated."""
+    total = 0.0
+    for a in range(width):  # 0 .. width - 1 drafts accepted
+        p = 1.0
+        for j in range(a):
+            p *= rates[j]
+        if a < width - 1:
+            p *= 1 - rates[a]
+        total += (a + 1) * p
+    return total
+
+
+def brute_force_width(rate_sets, seconds, drafter) -> int:
+    bs = len(rate_sets)
+    best, best_rate = None, -1.0
+    for w in WIDTHS:
+        tokens = sum(brute_force_expected_tokens(r, w) for r in rate_sets)
+        rate = tokens / (seconds(bs * w) + (drafter(bs) if w > 1 else 0.0))
+        if rate > best_rate + 1e-12:
+            best, best_rate = w, rate
+    return best
+
+
+def cost_of(seconds, drafter_fixed, drafter_per_request, max_tokens) -> StepCost:
+    points = [(t, seconds(t)) for t in range(1, max_tokens + 1)]
+    return StepCost(points, drafter_per_request=drafter_per_request, drafter_fixed=drafter_fixed)
+
+
+CURVES = {
+    "memory-bound": lambda t: 0.020 + 0.00002 * t,  # nearly flat: verifying is almost free
+    "compute-bound": lambda t: 0.002 + 0.0008 * t,  # linear: time follows the tokens
+    "knee": lambda t: 0.010 + max(0, t - 64) * 0.0004,  # flat up to 64 tokens, then linear
+}
+
+
+@pytest.mark.parametrize("curve", sorted(CURVES))
+@pytest.mark.parametrize("bs", [1, 4, 16, 32])
+def test_the_choice_equals_brute_force(curve, bs):
+    rng = random.Random(f"{curve}-{bs}")  # str seeds are deterministic across processes
+    seconds = CURVES[curve]
+    drafter_fixed, drafter_per_request = 0.002, 0.0001
+    for _ in range(20):
+        rate_sets = [[rng.choice([0.1, 0.5, 0.8, 0.95]) for _ in range(B - 1)] for _ in range(bs)]
+        profiles = [profile_with(r) for r in rate_sets]
+        cost = cost_of(seconds, drafter_fixed, drafter_per_request, bs * B)
+        for profile, rates in zip(profiles, rate_sets, strict=True):
+            for w in WIDTHS:
+                assert profile.expected_tokens(w) == pytest.approx(brute_force_expected_tokens(rates, w))
+        want = brute_force_width(rate_sets, seconds, lambda n: drafter_fixed + drafter_per_request * n)
+        assert best_width(profiles, cost, WIDTHS) == want
+
+
+def test_estimates_recover_known_rates_from_steps_of_mixed_widths():
+    rng = random.Random(0)
+    rates = [0.9, 0.7, 0.5, 0.5, 0.3, 0.2, 0.1]
+    profile = AcceptanceProfile(B - 1)
+    for _ in range(20_000):
+        width = rng.choice(WIDTHS)
+        accepted = 0
+        while accepted < width - 1 and rng.random() < rates[accepted]:
+            accepted += 1
+        profile.record(width, accepted)
+    # Later positions are reached less often (censored by the width and by earlier rejections).
+    for got, want, reached in zip(profile.acceptance(), rates, profile.reached, strict=True):
+        assert got == pytest.approx(want, abs=4 / reached**0.5)
+
+
+def test_load_moves_the_choice():
+    """Good drafts: the whole block alone, on a flat curve; on a compute-bound curve a wide batch
+    verifies less; drafts that are never accepted: plain decoding at any load."""
+    good, bad = [0.9] * (B - 1), [0.0] * (B - 1)
+    flat, linear = (
+        cost_of(CURVES["memory-bound"], 0.001, 0, 256),
+        cost_of(CURVES["compute-bound"], 0.001, 0, 256),
+    )
+    assert best_width([profile_with(good)], flat, WIDTHS) == B
+    assert best_width([profile_with(good) for _ in range(32)], linear, WIDTHS) < B
+    for cost, bs in itertools.product((flat, linear), (1, 32)):
+        assert best_width([profile_with(bad) for _ in range(bs)], cost, WIDTHS) == 1
