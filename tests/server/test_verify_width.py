@@ -1,0 +1,109 @@
+"""Lossless across verify widths (verify_width.py): `DFLASH_SGLANG_VERIFY_WIDTHS` forces every
+decode step's width through a changing cycle, whole block, plain decoding (width 1) and partial
+blocks in turn, so consecutive steps switch width, per step, across the batch.
+
+- dense target (block 8), overlap and sync workers: prompts one at a time, 8 concurrent and a
+  radix hit equal the engine-free reference (the target's greedy output); under the overlap worker
+  (host-sync check on) the first three tokens at temperature 1 follow the target's law;
+- hybrid (Gated DeltaNet) target (block 8), overlap worker with extra_buffer and sync worker with
+  no_buffer: the recurrent state committed at every width; prompts of 1-130 tokens one at a time
+  and concurrently equal transformers' greedy decoding.
+
+Four servers, one at a time; about 4 minutes.
+"""
+
+from __future__ import annotations
+
+import functools
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from dflash_sglang.testing.server import SGLangServer
+from dflash_sglang.verify_width import WIDTHS_ENV
+
+from . import hybrid
+from .conftest import OVERLAP_CHECKED, PLAIN, dflash_args
+from .pairs import load, reference
+from .sampling_law import chisquare_pvalue
+
+BLOCK = 8
+MAX_NEW = 32
+CYCLE = "8,1,4,2,8,3,1,6"
+WORKERS = {"overlap": OVERLAP_CHECKED, "sync": PLAIN}
+
+
+@pytest.fixture(scope="module")
+def pair(pair8):
+    return pair8
+
+
+@pytest.fixture(scope="module")
+def prompt_ids(pair):
+    tokenizer = load(pair.target, pair.draft)[0]
+    words = "a small bird sings over the lazy dog while the quick brown fox jumps".split()
+    return [tokenizer(" ".join(words[: 2 + 3 * i]))["input_ids"] for i in range(8)]
+
+
+@pytest.fixture(scope="module", params=sorted(WORKERS))
+def server(request, pair):
+    env = {**WORKERS[request.param], WIDTHS_ENV: CYCLE}
+    with SGLangServer(pair.target, dflash_args(pair, BLOCK), env=env) as server:
+        server.kind = request.param
+        yield server
+
+
+def test_the_startup_log_names_the_forced_cycle(server):
+    assert f"verify width forced cycle [{CYCLE.replace(',', ', ')}]" in server.log_path.read_text()
+
+
+def test_greedy_equals_the_reference_alone_concurrently_and_on_a_radix_hit(pair, server, prompt_ids):
+    refs = [reference(pair, ids, MAX_NEW, BLOCK) for ids in prompt_ids]
+    want = [ref.tokens for ref in refs]
+    alone = [server.generate(ids, MAX_NEW) for ids in prompt_ids[:4]]
+    assert [out["output_ids"] for out in alone] == want[:4]
+    assert max(out["meta_info"]["spec_accept_length"] for out in alone) > 1  # wide steps accepted drafts
+    # Narrow steps took place: more verify steps than the whole-block chain needs.
+    steps = sum(out["meta_info"]["spec_verify_ct"] for out in alone)
+    assert steps > sum(len(ref.accept_lengths) for ref in refs[:4])
+    with ThreadPoolExecutor(8) as pool:
+        together = list(pool.map(lambda ids: server.generate(ids, MAX_NEW), prompt_ids))
+    assert [out["output_ids"] for out in together] == want
+    again = server.generate(prompt_ids[-1], MAX_NEW)
+    assert again["meta_info"]["cached_tokens"] > 0 and again["output_ids"] == want[-1]
+
+
+@pytest.mark.parametrize("server", ["overlap"], indirect=True)
+def test_sampling_follows_the_target_law_across_widths(pair, server, prompt_ids):
+    """240 completions of 3 tokens at temperature 1 in one batch: chi-square p > 1e-4 at T=1,
+    and the same samples fail against T=0.6."""
+    prompt, n = prompt_ids[7], 240
+    params = {"temperature": 1.0, "max_new_tokens": 3, "ignore_eos": True}
+    sampled = server.post("/generate", {"input_ids": [prompt] * n, "sampling_params": params})
+    _, target, _ = load(pair.target, pair.draft)
+    p_value = functools.partial(chisquare_pvalue, target, prompt, [out["output_ids"] for out in sampled])
+    at_1, at_06 = p_value(1.0), p_value(0.6)
+    print(f"chi-square p-values: T=1.0 {at_1:.3g}, T=0.6 {at_06:.3g}")
+    assert at_1 > 1e-4
+    assert at_06 < 1e-6
+
+
+HYBRID_CASES = {
+    "overlap-extra_buffer": (OVERLAP_CHECKED, hybrid.EXTRA_BUFFER),
+    "sync-no_buffer": (PLAIN, hybrid.NO_BUFFER),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HYBRID_CASES))
+def test_hybrid_target_commits_its_state_at_every_width(tmp_path, case):
+    env, strategy = HYBRID_CASES[case]
+    pair = hybrid.make_hybrid_pair(tmp_path)
+    args = [*hybrid.HYBRID_ARGS, *strategy, *dflash_args(pair, hybrid.BLOCK)]
+    prompts = hybrid.prompts()
+    want = [hybrid.greedy(pair.target, ids, MAX_NEW) for ids in prompts]
+    with SGLangServer(pair.target, args, env={**hybrid.HYBRID_ENV, **env, WIDTHS_ENV: CYCLE}) as server:
+        alone = [hybrid.generate(server, ids, MAX_NEW) for ids in prompts]
+        with ThreadPoolExecutor(len(prompts)) as pool:
+            together = list(pool.map(lambda ids: hybrid.generate(server, ids, MAX_NEW), prompts))
+    assert [out["output_ids"] for out in alone] == want
+    assert [out["output_ids"] for out in together] == want
