@@ -11,20 +11,38 @@ rank must choose the same width (the verify collectives would desynchronise othe
 choice depends only on the step count and host state every rank shares. Under attention DP the
 scheduler announces each rank's token count as bs x B before the step, so the width stays B.
 
-Switches: `DFLASH_SGLANG_VERIFY_WIDTHS="8,1,4"` forces a cycle of widths step by step (a testing
-and benchmarking switch: the lossless-across-switching tests use it).
+Switches: `DFLASH_SGLANG_ADAPTIVE_WIDTH=1` chooses each step's width by expected committed tokens
+per second (width_policy.py, from width_stats.py's per-request acceptance and measured step times;
+rank 0's choice on every TP rank). `DFLASH_SGLANG_VERIFY_WIDTHS="8,1,4"` forces a cycle of widths
+step by step (a testing and benchmarking switch: the lossless-across-switching tests use it).
+Neither: every step verifies the whole block.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+from collections import Counter
 
 import torch
 
 from . import dp_attention
 from .config import DFlashConfigError
+from .width_policy import best_width
+from .width_stats import RequestAcceptance, StepTimes
+
+logger = logging.getLogger(__name__)
 
 WIDTHS_ENV = "DFLASH_SGLANG_VERIFY_WIDTHS"
+ADAPTIVE_ENV = "DFLASH_SGLANG_ADAPTIVE_WIDTH"
+REPORT_EVERY = 100  # steps between log lines of the widths that ran (SGLang logs decode every 40)
+
+
+def adaptive_requested() -> bool:
+    on = os.environ.get(ADAPTIVE_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+    if on and dp_attention.enabled():
+        raise DFlashConfigError(f"{ADAPTIVE_ENV} with --enable-dp-attention: DP ranks verify whole blocks")
+    return on
 
 
 def forced_widths(block_size: int) -> tuple[int, ...]:
@@ -44,23 +62,54 @@ def forced_widths(block_size: int) -> tuple[int, ...]:
 
 
 class VerifyWidth:
-    """The width of every decode step: the block size, or the forced cycle."""
+    """The width of every decode step: the block size, the forced cycle, or the adaptive choice."""
 
-    def __init__(self, block_size: int):
-        self.block_size = block_size
+    def __init__(self, block_size: int, device="cpu", tp_group=None):
+        self.block_size, self.tp_group = block_size, tp_group
         self.pattern = forced_widths(block_size)
-        self.steps = 0
+        self.adaptive = not self.pattern and adaptive_requested()
+        self.acceptance = RequestAcceptance(block_size - 1) if self.adaptive else None
+        self.times = StepTimes(device) if self.adaptive else None
+        self.steps, self.ran, self.step_started = 0, Counter(), None
 
     @property
     def describe(self) -> str:
-        return f"forced cycle {list(self.pattern)}" if self.pattern else "the block size"
+        if self.pattern:
+            return f"forced cycle {list(self.pattern)}"
+        return "adaptive" if self.adaptive else "the block size"
 
     def choose(self, batch) -> int:
-        if not self.pattern:
-            return self.block_size
-        width = self.pattern[self.steps % len(self.pattern)]
+        if self.pattern:
+            width = self.pattern[self.steps % len(self.pattern)]
+        elif self.adaptive:
+            width = self.adaptive_choice(batch)
+        else:
+            width = self.block_size
         self.steps += 1
+        self.ran[width] += 1
+        if self.steps % REPORT_EVERY == 0:
+            logger.info("dflash_sglang: verify widths of the last %d steps: %s", REPORT_EVERY, dict(self.ran))
+            self.ran.clear()
         return width
+
+    def adaptive_choice(self, batch) -> int:
+        profiles = self.acceptance.profiles(batch.reqs)
+        curve = self.times.curve()
+        if curve is None:  # two step sizes to measure first: the whole block and half of it
+            width = self.block_size if self.steps % 2 == 0 else max(1, self.block_size // 2)
+        else:
+            width = best_width(profiles, curve, range(1, self.block_size + 1))
+        if self.tp_group is not None and self.tp_group.world_size > 1:
+            width = self.tp_group.broadcast_object(width)  # rank 0's timings decide for all
+        self.acceptance.verified(batch.reqs, width)
+        self.step_started = self.times.start(len(batch.reqs) * width)
+        return width
+
+    def step_done(self) -> None:
+        """The decode step that `choose` sized has been issued in full (times it, adaptive only)."""
+        if self.step_started is not None:
+            self.times.stop(self.step_started)
+            self.step_started = None
 
 
 def narrow(block, width: int, batch, translator, host_lens: torch.Tensor):

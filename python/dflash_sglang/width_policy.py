@@ -35,7 +35,7 @@ class StepCost:
         xs = [x for x, _ in self.points]
         i = min(max(bisect.bisect_left(xs, tokens), 1), len(xs) - 1)  # the segment, or an end one
         (x0, y0), (x1, y1) = self.points[i - 1], self.points[i]
-        return y0 + (y1 - y0) * (tokens - x0) / (x1 - x0)
+        return max(y0 + (y1 - y0) * (tokens - x0) / (x1 - x0), 1e-9)  # extrapolation stays positive
 
     def step(self, batch_size: int, width: int) -> float:
         drafter = self.drafter_fixed + self.drafter_per_request * batch_size if width > 1 else 0.0

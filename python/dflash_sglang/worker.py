@@ -116,7 +116,8 @@ class DFlashWorker(BaseSpecWorker):
             refuse_unsupported_setups(server_args, self.window_size)
         self.window: DraftWindow | None = None
         self.drafter = DrafterStream(self.device, enabled=self.wants_drafter_stream(server_args))
-        self.widths = VerifyWidth(self.block_size)  # how much of each block is verified
+        # How much of each block is verified: all of it, or per step (verify_width.py).
+        self.widths = VerifyWidth(self.block_size, self.device, get_parallel().tp_group)
         self.penalties: PenaltyLedger | None = None  # allocated by the first penalised request
         self.check_host_sync = host_sync.enabled()
         logger.info(
@@ -207,7 +208,9 @@ class DFlashWorker(BaseSpecWorker):
                 return self.idle(batch, on_publish)
             block = self.draft(batch, batch.spec_info, self.widths.choose(batch))
             target_out, accepted = self.verify(batch, block, grammar_barrier)
-            return self.commit(batch, block, target_out, accepted, on_publish)
+            result = self.commit(batch, block, target_out, accepted, on_publish)
+            self.widths.step_done()
+            return result
 
     # ---- prefill -----------------------------------------------------------------------------
 

@@ -5,11 +5,13 @@ blocks in turn, so consecutive steps switch width, per step, across the batch.
 - dense target (block 8), overlap and sync workers: prompts one at a time, 8 concurrent and a
   radix hit equal the engine-free reference (the target's greedy output); under the overlap worker
   (host-sync check on) the first three tokens at temperature 1 follow the target's law;
+- the adaptive width (`DFLASH_SGLANG_ADAPTIVE_WIDTH=1`, overlap worker): outputs equal the
+  reference while the policy picks widths from what it measures, and the log shows what ran;
 - hybrid (Gated DeltaNet) target (block 8), overlap worker with extra_buffer and sync worker with
   no_buffer: the recurrent state committed at every width; prompts of 1-130 tokens one at a time
   and concurrently equal transformers' greedy decoding.
 
-Four servers, one at a time; about 4 minutes.
+Five servers, one at a time; about 5 minutes.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from dflash_sglang.testing.server import SGLangServer
-from dflash_sglang.verify_width import WIDTHS_ENV
+from dflash_sglang.verify_width import ADAPTIVE_ENV, REPORT_EVERY, WIDTHS_ENV
 
 from . import hybrid
 from .conftest import OVERLAP_CHECKED, PLAIN, dflash_args
@@ -86,6 +88,21 @@ def test_sampling_follows_the_target_law_across_widths(pair, server, prompt_ids)
     print(f"chi-square p-values: T=1.0 {at_1:.3g}, T=0.6 {at_06:.3g}")
     assert at_1 > 1e-4
     assert at_06 < 1e-6
+
+
+def test_the_adaptive_width_is_exact_and_reports_what_ran(pair, prompt_ids):
+    env = {**OVERLAP_CHECKED, ADAPTIVE_ENV: "1"}
+    want = [reference(pair, ids, MAX_NEW, BLOCK).tokens for ids in prompt_ids]
+    with SGLangServer(pair.target, dflash_args(pair, BLOCK), env=env) as server:
+        alone = [server.generate(ids, MAX_NEW) for ids in prompt_ids]
+        with ThreadPoolExecutor(8) as pool:
+            together = list(pool.map(lambda ids: server.generate(ids, MAX_NEW), prompt_ids))
+        steps = sum(out["meta_info"]["spec_verify_ct"] for out in alone)
+        log = server.log_path.read_text()
+    assert [out["output_ids"] for out in alone] == want
+    assert [out["output_ids"] for out in together] == want
+    assert "verify width adaptive" in log
+    assert steps < REPORT_EVERY or f"verify widths of the last {REPORT_EVERY} steps" in log
 
 
 HYBRID_CASES = {

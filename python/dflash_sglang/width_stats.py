@@ -1,0 +1,98 @@
+"""What the adaptive verify width learns between steps, from host-side data only (docs/adaptive.md).
+
+- Acceptance per request: SGLang's scheduler keeps, per request, a histogram of accepted drafts
+  per step (`Req.spec_correct_drafts_histogram`, host side, updated as each step's result is
+  processed). New entries are paired, oldest first, with the widths this worker verified the
+  request's steps at, and fed to the request's `AcceptanceProfile`. Under the overlap loop the
+  histogram lags one step: the pairing is by order, so the lag costs nothing but freshness.
+- Step cost: the seconds of each decode step by its verify tokens (batch size x width), an
+  exponential average per token count, timed with CUDA events read a step later (never waiting)
+  on a GPU, or the host clock on a CPU, where the step computes synchronously.
+Nothing here reads device data on the host.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+
+import torch
+
+from .width_policy import AcceptanceProfile, StepCost
+
+
+class RequestAcceptance:
+    def __init__(self, positions: int, keep: int = 4096):
+        self.positions, self.keep = positions, keep
+        self.entries: dict[str, tuple[AcceptanceProfile, list[int], deque]] = {}
+
+    def _entry(self, req):
+        entry = self.entries.get(req.rid)
+        if entry is None:
+            if len(self.entries) >= self.keep:  # forget the oldest requests, long finished
+                for rid in list(self.entries)[: self.keep // 2]:
+                    del self.entries[rid]
+            entry = self.entries[req.rid] = (AcceptanceProfile(self.positions), [], deque(maxlen=8))
+        return entry
+
+    def profiles(self, reqs) -> list[AcceptanceProfile]:
+        """Each request's profile, updated with the steps processed since the last call."""
+        out = []
+        for req in reqs:
+            profile, seen, pending = self._entry(req)
+            histogram = req.spec_correct_drafts_histogram
+            seen.extend([0] * (len(histogram) - len(seen)))
+            for accepted, count in enumerate(histogram):
+                for _ in range(count - seen[accepted]):
+                    profile.record(pending.popleft() if pending else self.positions + 1, accepted)
+                seen[accepted] = count
+            out.append(profile)
+        return out
+
+    def verified(self, reqs, width: int) -> None:
+        for req in reqs:
+            self._entry(req)[2].append(width)
+
+
+class StepTimes:
+    """Seconds per decode step by verify tokens, as steps finish."""
+
+    def __init__(self, device, smoothing: float = 0.2):
+        self.on_gpu = torch.device(device).type == "cuda"
+        self.smoothing = smoothing
+        self.seconds: dict[int, float] = {}
+        self.open: deque = deque()  # (tokens, start, end) of steps not read yet
+
+    def start(self, tokens: int):
+        if self.on_gpu:
+            start = torch.cuda.Event(enable_timing=True)
+            start.record()
+            return tokens, start
+        return tokens, time.perf_counter()
+
+    def stop(self, started) -> None:
+        tokens, start = started
+        if self.on_gpu:
+            end = torch.cuda.Event(enable_timing=True)
+            end.record()
+            self.open.append((tokens, start, end))
+            while self.open and self.open[0][2].query():  # finished steps only: never wait
+                tokens, start, end = self.open.popleft()
+                self.add(tokens, start.elapsed_time(end) / 1000)
+        else:
+            self.add(tokens, time.perf_counter() - start)
+
+    def add(self, tokens: int, seconds: float) -> None:
+        old = self.seconds.get(tokens)
+        self.seconds[tokens] = seconds if old is None else old + self.smoothing * (seconds - old)
+
+    def curve(self) -> StepCost | None:
+        """The cost curve over the token counts seen (made non-decreasing: more tokens never cost
+        less, whatever the noise); None until two are seen."""
+        if len(self.seconds) < 2:
+            return None
+        points, most = [], 0.0
+        for tokens, seconds in sorted(self.seconds.items()):
+            most = max(most, seconds)
+            points.append((tokens, most))
+        return StepCost(points)

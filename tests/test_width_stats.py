@@ -1,0 +1,66 @@
+"""width_stats.py without a server: per-request acceptance fed from SGLang's histogram and paired
+with the widths verified, oldest first (also one step behind, as under the overlap loop); step
+times kept per token count, as a non-decreasing curve."""
+
+from types import SimpleNamespace
+
+import pytest
+
+from dflash_sglang.width_stats import RequestAcceptance, StepTimes
+
+B = 4
+
+
+def request(rid):
+    return SimpleNamespace(rid=rid, spec_correct_drafts_histogram=[])
+
+
+def scheduler_records(req, accepted_drafts):
+    """What SGLang's result processing does per step (Req.update_spec_correct_drafts_histogram)."""
+    hist = req.spec_correct_drafts_histogram
+    hist.extend([0] * (accepted_drafts + 1 - len(hist)))
+    hist[accepted_drafts] += 1
+
+
+@pytest.mark.parametrize("lag", [0, 1])
+def test_histogram_entries_pair_with_the_widths_they_were_verified_at(lag):
+    stats, req = RequestAcceptance(B - 1), request("a")
+    steps = [(4, 3), (1, 0), (2, 1), (4, 0), (3, 2)]  # (width, accepted drafts)
+    done = []
+    for width, accepted in steps:
+        stats.profiles([req])
+        stats.verified([req], width)
+        done.append(accepted)
+        if len(done) > lag:  # the scheduler processes results `lag` steps later
+            scheduler_records(req, done[len(done) - lag - 1])
+    for accepted in done[len(done) - lag :]:
+        scheduler_records(req, accepted)
+    profile = stats.profiles([req])[0]
+    # Draft j (1-based) is tested when width - 1 >= j and drafts 1 .. j-1 were accepted:
+    # draft 1 by (4,3) (2,1) (4,0) (3,2); draft 2 by (4,3) (3,2); draft 3 by (4,3). Width 1 tests none.
+    assert profile.reached == [4, 2, 1]
+    assert profile.accepted == [3, 2, 1]
+
+
+def test_requests_keep_their_own_statistics():
+    stats, a, b = RequestAcceptance(B - 1), request("a"), request("b")
+    stats.verified([a, b], 4)
+    scheduler_records(a, 3)
+    scheduler_records(b, 0)
+    pa, pb = stats.profiles([a, b])
+    assert (pa.accepted, pb.accepted) == ([1, 1, 1], [0, 0, 0])
+    assert pa.expected_tokens(4) > pb.expected_tokens(4)
+
+
+def test_step_times_make_a_non_decreasing_curve():
+    times = StepTimes("cpu", smoothing=0.5)
+    assert times.curve() is None
+    times.add(8, 0.010)
+    times.add(64, 0.008)  # noise: more tokens measured faster
+    times.add(8, 0.020)  # averaged: 0.015
+    curve = times.curve()
+    assert curve.target(8) == pytest.approx(0.015)
+    assert curve.target(64) == pytest.approx(0.015)
+    started = times.start(16)
+    times.stop(started)
+    assert 16 in times.seconds
