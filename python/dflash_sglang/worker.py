@@ -281,10 +281,10 @@ class DFlashWorker(BaseSpecWorker):
             return self.draft_on_drafter_stream(batch, state, width)
 
     def draft_on_drafter_stream(self, batch, state, width: int) -> Block:
-        """Draft the whole block; keep the first `width` positions for the verify (verify_width.py)."""
-        bs, size = len(batch.seq_lens), self.block_size
-        seq_lens = batch.seq_lens
-        positions = seq_lens.unsqueeze(1) + self.block_offsets  # [bs, B]
+        """Draft the whole block (nothing at width 1); the verify takes the first `width` positions."""
+        bs, seq_lens = len(batch.seq_lens), batch.seq_lens
+        size = self.block_size if width > 1 or self.window is not None else 1
+        positions = seq_lens.unsqueeze(1) + self.block_offsets[:size]  # [bs, size]
         req_to_token = self.model_runner.req_to_token_pool.req_to_token
         cache_loc = req_to_token[batch.req_pool_indices.unsqueeze(1), positions].flatten()
         block_ids = torch.full((bs, size), self.mask_token_id, dtype=torch.int64, device=self.device)
@@ -297,7 +297,21 @@ class DFlashWorker(BaseSpecWorker):
             write_virtual=cache_loc,
             read_extent=size,
         )
+        draft_loc = None  # where the block's injected KV goes: the target's slots, or the ring's
+        if size > 1:
+            drafts, draft_loc = self.run_drafter(batch, state, block_ids, positions, cache_loc, kv_plan)
+            block_ids[:, 1:] = drafts
+        if draft_loc is None:
+            draft_loc = kv_plan.write_ids(self.draft_runner.kv_index_translator).view(bs, size)
+        block = Block(block_ids, positions.flatten(), cache_loc, kv_plan, draft_loc)
+        return narrow(block, width, batch, self.model_runner.kv_index_translator, host_lens)
+
+    def run_drafter(self, batch, state, block_ids, positions, cache_loc, kv_plan):
+        """One drafter forward over [verified token, mask x (B-1)], non-causal over the injected
+        context: the B-1 drafts, and the block's slots in the drafter's ring when there is one."""
+        bs, size = block_ids.shape
         bound_cpu = host_read_bound(batch, state, size)
+        seq_lens = batch.seq_lens
         draft_lens, draft_loc, draft_plan = seq_lens, None, kv_plan
         if self.window is not None:  # the drafter reads its own short rows (draft_window.py)
             draft_lens = self.window.visible_lens(batch.req_pool_indices, seq_lens)
@@ -336,11 +350,7 @@ class DFlashWorker(BaseSpecWorker):
         hidden = hidden.view(bs, size, -1)[:, 1:].flatten(0, 1)
         lm_head = self.target_model.lm_head  # vocab-parallel over its own group (attention TP under DP)
         drafts = vocab_parallel_argmax(hidden, lm_head, getattr(lm_head, "tp_group", get_parallel().tp_group))
-        block_ids[:, 1:] = drafts.view(bs, size - 1)
-        if draft_loc is None:
-            draft_loc = kv_plan.write_ids(self.draft_runner.kv_index_translator).view(bs, size)
-        block = Block(block_ids, positions.flatten(), cache_loc, kv_plan, draft_loc)
-        return narrow(block, width, batch, self.model_runner.kv_index_translator, host_lens)
+        return drafts.view(bs, size - 1), draft_loc
 
     @property
     def target_model(self):
