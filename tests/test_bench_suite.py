@@ -36,7 +36,7 @@ def test_embed_replaces_only_the_marked_section(tmp_path):
 
 def test_every_run_starts_with_its_no_spec_baseline_and_tp_runs_at_tp2():
     assert [variants[0].speculative for variants in suite.RUNS.values()] == [False, False]
-    assert set(suite.RUNS) == set(suite.MARKERS)
+    assert set(suite.RUNS) <= set(suite.MARKERS)  # adaptive-cpu: bench/adaptive.py's run
     assert all("--tp-size" in v.args and v.env["SGLANG_CPU_OMP_THREADS_BIND"] for v in suite.TP2_VARIANTS)
 
 

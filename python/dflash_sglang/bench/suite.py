@@ -74,7 +74,7 @@ TP2_VARIANTS = [
 
 # Output name -> its variants (the first is the baseline) and its markers in docs/benchmarks.md.
 RUNS = {"tiny-cpu": VARIANTS, "tiny-cpu-tp2": TP2_VARIANTS}
-MARKERS = {"tiny-cpu": "make bench", "tiny-cpu-tp2": "make bench tp2"}
+MARKERS = {"tiny-cpu": "make bench", "tiny-cpu-tp2": "make bench tp2", "adaptive-cpu": "make bench adaptive"}
 
 
 def resolve_pair(pair: Path) -> tuple[Path, str]:

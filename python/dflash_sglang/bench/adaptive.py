@@ -1,0 +1,64 @@
+"""The adaptive verify width under load, on CPU (docs/adaptive.md):
+
+    python -m dflash_sglang.bench.adaptive --out docs/bench --docs docs/adaptive.md
+
+A random target of real layer shapes (hidden 1024, 8 layers, ~100M parameters: a 32 x 16-token
+verify costs several times a 32-token decode here) with a random drafter, so drafts are hardly
+ever accepted: the worst case of speculation, where a fixed block pays B tokens of verify per
+committed token. Servers, one at a time, same prompts and levels: no speculation, our worker at
+a fixed block of 16, our worker with the adaptive width (DFLASH_SGLANG_ADAPTIVE_WIDTH=1).
+Writes `adaptive-cpu.{md,json}` and plots into --out and the tables between the
+`make bench adaptive` markers of --docs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from ..testing.tiny import TinyShape, write_tiny_pair
+from .cli import concurrency_list
+from .client import Sampling
+from .prompts import load_prompts, take
+from .runner import new_run
+from .suite import Variant, report_run, serve_and_bench
+from .tiny_prompts import EMBEDDED_PAIR
+
+BLOCK = 16
+SHAPE = TinyShape(hidden_size=1024, target_layers=8, draft_layers=1, heads=16, kv_heads=4, head_dim=64,
+                  intermediate_size=2816)  # fmt: skip
+VARIANTS = [
+    Variant("no-spec", False, notes="plain decoding (the baseline)"),
+    Variant("fixed block 16", True, {"SGLANG_ENABLE_SPEC_V2": "1"}, "our overlap worker, block 16",
+            block=BLOCK),
+    Variant(
+        "adaptive", True, {"SGLANG_ENABLE_SPEC_V2": "1", "DFLASH_SGLANG_ADAPTIVE_WIDTH": "1"},
+        "our overlap worker, block 16, DFLASH_SGLANG_ADAPTIVE_WIDTH=1", block=BLOCK,
+    ),
+]  # fmt: skip
+
+
+def main(argv=None) -> int:
+    summary = __doc__.split("\n\n")[0]
+    p = argparse.ArgumentParser(prog="python -m dflash_sglang.bench.adaptive", description=summary)
+    p.add_argument("--pair", type=Path, default=Path(".bench-adaptive-pair"), help="written if missing")
+    p.add_argument("--out", type=Path, default=Path("docs/bench"))
+    p.add_argument("--docs", type=Path, default=Path("docs/adaptive.md"))
+    p.add_argument("--concurrency", type=concurrency_list, default=[1, 8, 32])
+    p.add_argument("--num-prompts", type=int, default=32)
+    p.add_argument("--max-tokens", type=int, default=48)
+    args = p.parse_args(argv)
+    if not (args.pair / "draft" / "config.json").is_file():
+        write_tiny_pair(args.pair, seed=0, block_size=BLOCK, shape=SHAPE)
+    prompts = take(load_prompts("tiny", pair_dir=EMBEDDED_PAIR), args.num_prompts)
+    sampling = Sampling(args.max_tokens)
+    dataset = f"random target, hidden 1024 x 8 layers, random 1-layer drafter (block {BLOCK}); tiny prompts"
+    run = new_run(dataset, len(prompts), sampling, args.concurrency, "no-spec")
+    run.servers = [serve_and_bench(v, args.pair, prompts, sampling, args.concurrency) for v in VARIANTS]
+    report_run(run, "adaptive-cpu", args.out, args.docs)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
