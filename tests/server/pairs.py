@@ -25,6 +25,13 @@ def chat_prompts(count: int = 16) -> list[str]:
     return [" ".join(words[i : i + 1 + 3 * i]) for i in range(count)]
 
 
+def word_prompts(pair, count: int = 8) -> list[list[int]]:
+    """Token ids of `count` growing prefixes of one sentence (2, 5, 8, ... words)."""
+    tokenizer = load(pair.target, pair.draft)[0]
+    words = "a small bird sings over the lazy dog while the quick brown fox jumps".split()
+    return [tokenizer(" ".join(words[: 2 + 3 * i]))["input_ids"] for i in range(count)]
+
+
 @functools.lru_cache(maxsize=4)
 def load(pair_target: Path, pair_draft: Path):
     target = AutoModelForCausalLM.from_pretrained(pair_target, dtype=torch.float32).eval()

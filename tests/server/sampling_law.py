@@ -45,3 +45,13 @@ def sequential_pit_pvalue(
     jitter = torch.rand(tokens.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
     u = (below + jitter * chosen).clamp(0, 1)
     return float(stats.kstest(u.flatten().numpy(), "uniform").pvalue)
+
+
+def assert_follows_target_law(model, prompt, completions, p_value=sequential_pit_pvalue) -> None:
+    """The samples pass against the target's law at temperature 1 (p > 1e-4), and the same samples
+    fail against temperature 0.6 (p < 1e-6): the negative control shows the test can see a
+    wrong law."""
+    at_1, at_06 = p_value(model, prompt, completions, 1.0), p_value(model, prompt, completions, 0.6)
+    print(f"{p_value.__name__}: T=1.0 {at_1:.3g}, T=0.6 {at_06:.3g}")
+    assert at_1 > 1e-4
+    assert at_06 < 1e-6

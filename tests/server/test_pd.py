@@ -18,7 +18,6 @@ refused at startup; about 4 minutes in all.
 
 from __future__ import annotations
 
-import functools
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -28,8 +27,8 @@ from dflash_sglang.testing.server import ServerError, SGLangServer
 
 from . import hybrid
 from .conftest import dflash_args
-from .pairs import load, reference
-from .sampling_law import chisquare_pvalue
+from .pairs import load, reference, word_prompts
+from .sampling_law import assert_follows_target_law
 
 BLOCK = 4
 MAX_NEW = 24
@@ -65,9 +64,7 @@ def pd(pair):
 
 @pytest.fixture(scope="module")
 def prompt_ids(pair):
-    tokenizer = load(pair.target, pair.draft)[0]
-    words = "a small bird sings over the lazy dog while the quick brown fox jumps".split()
-    return [tokenizer(" ".join(words[: 2 + 3 * i]))["input_ids"] for i in range(8)]
+    return word_prompts(pair)
 
 
 def test_both_sides_serve_our_worker(pd):
@@ -114,19 +111,14 @@ def test_chat_completion_through_the_router(pair, pd):
 
 
 def test_sampling_follows_the_target_law(pair, pd, prompt_ids):
-    """Temperature 1: the first token is sampled on the prefill server, the next two by the decode
-    server's sampled verify. The first three tokens of 240 completions follow the target's joint
-    law (chi-square, p > 1e-4); the same samples fail against temperature 0.6."""
-    prompt, n = prompt_ids[7], 240  # many outcomes, each sharply apart between the two laws
-    params = {"temperature": 1.0, "max_new_tokens": 3, "ignore_eos": True}
+    """Temperature 1: the first token is sampled on the prefill server, the rest by the decode
+    server's sampled verify. 96 completions of 16 tokens through the router: every token follows
+    the target's law (sequential PIT), with the T=0.6 negative control."""
+    params = {"temperature": 1.0, "max_new_tokens": 16, "ignore_eos": True}
     with ThreadPoolExecutor(16) as pool:
-        sampled = list(pool.map(lambda _: pd.router.generate(prompt, **params), range(n)))
+        sampled = list(pool.map(lambda _: pd.router.generate(prompt_ids[7], **params), range(96)))
     _, target, _ = load(pair.target, pair.draft)
-    p_value = functools.partial(chisquare_pvalue, target, prompt, [out["output_ids"] for out in sampled])
-    at_1, at_06 = p_value(1.0), p_value(0.6)
-    print(f"chi-square p-values: T=1.0 {at_1:.3g}, T=0.6 {at_06:.3g}")
-    assert at_1 > 1e-4
-    assert at_06 < 1e-6
+    assert_follows_target_law(target, prompt_ids[7], [out["output_ids"] for out in sampled])
 
 
 def test_the_draft_window_is_refused_under_pd_naming_both_options(pair):

@@ -13,7 +13,6 @@ minutes in all.
 
 from __future__ import annotations
 
-import functools
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -23,7 +22,7 @@ from dflash_sglang.testing.server import SGLangServer
 from . import hybrid
 from .conftest import dflash_args
 from .pairs import load, reference
-from .sampling_law import chisquare_pvalue
+from .sampling_law import assert_follows_target_law, chisquare_pvalue
 
 BLOCK = 4
 MAX_NEW = 24
@@ -131,10 +130,6 @@ def test_sampling_follows_the_target_law_and_greedy_stays_exact(pair, dflash, pr
     sampled = dflash.post("/generate", {"input_ids": [prompt] * n, "sampling_params": params})
     assert any(out["meta_info"]["spec_accept_length"] > 1 for out in sampled)  # drafts were accepted
     _, target, _ = load(pair.target, pair.draft)
-    p_value = functools.partial(chisquare_pvalue, target, prompt, [out["output_ids"] for out in sampled])
-    at_1, at_06 = p_value(1.0), p_value(0.6)
-    print(f"chi-square p-values: T=1.0 {at_1:.3g}, T=0.6 {at_06:.3g}")
-    assert at_1 > 1e-4
-    assert at_06 < 1e-6
+    assert_follows_target_law(target, prompt, [out["output_ids"] for out in sampled], chisquare_pvalue)
     for ids, want in zip(prompt_ids[:3], expected[:3], strict=True):
         assert dflash.generate(ids, MAX_NEW)["output_ids"] == want

@@ -16,7 +16,6 @@ Five servers, one at a time; about 5 minutes.
 
 from __future__ import annotations
 
-import functools
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -26,8 +25,8 @@ from dflash_sglang.verify_width import ADAPTIVE_ENV, REPORT_EVERY, WIDTHS_ENV
 
 from . import hybrid
 from .conftest import OVERLAP_CHECKED, PLAIN, dflash_args
-from .pairs import load, reference
-from .sampling_law import sequential_pit_pvalue
+from .pairs import load, reference, word_prompts
+from .sampling_law import assert_follows_target_law
 
 BLOCK = 8
 MAX_NEW = 32
@@ -42,9 +41,7 @@ def pair(pair8):
 
 @pytest.fixture(scope="module")
 def prompt_ids(pair):
-    tokenizer = load(pair.target, pair.draft)[0]
-    words = "a small bird sings over the lazy dog while the quick brown fox jumps".split()
-    return [tokenizer(" ".join(words[: 2 + 3 * i]))["input_ids"] for i in range(8)]
+    return word_prompts(pair)
 
 
 @pytest.fixture(scope="module", params=sorted(WORKERS))
@@ -80,15 +77,10 @@ def test_sampling_follows_the_target_law_across_widths(pair, server, prompt_ids)
     """96 completions of 16 tokens at temperature 1 in one batch, so every width of the cycle
     samples: the sequential PIT of every token under the target's law is uniform (KS p > 1e-4),
     and the same samples fail against T=0.6."""
-    prompt, n = prompt_ids[7], 96
     params = {"temperature": 1.0, "max_new_tokens": 16, "ignore_eos": True}
-    sampled = server.post("/generate", {"input_ids": [prompt] * n, "sampling_params": params})
+    sampled = server.post("/generate", {"input_ids": [prompt_ids[7]] * 96, "sampling_params": params})
     _, target, _ = load(pair.target, pair.draft)
-    p_value = functools.partial(sequential_pit_pvalue, target, prompt, [out["output_ids"] for out in sampled])
-    at_1, at_06 = p_value(1.0), p_value(0.6)
-    print(f"sequential PIT p-values: T=1.0 {at_1:.3g}, T=0.6 {at_06:.3g}")
-    assert at_1 > 1e-4
-    assert at_06 < 1e-6
+    assert_follows_target_law(target, prompt_ids[7], [out["output_ids"] for out in sampled])
 
 
 def test_the_adaptive_width_is_exact_and_reports_what_ran(pair, prompt_ids):
