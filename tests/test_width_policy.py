@@ -89,6 +89,16 @@ def test_estimates_recover_known_rates_from_steps_of_mixed_widths():
         assert got == pytest.approx(want, abs=4 / reached**0.5)
 
 
+def test_measured_plain_steps_decide_width_one():
+    """Width 1 skips the drafter: where plain steps were measured cheaper than drafted ones, drafts
+    that are never accepted choose plain decoding even on a flat curve."""
+    bad = [profile_with([0.02] * (B - 1))]
+    flat = StepCost([(2, 0.010), (16, 0.0101)], plain_points=[(1, 0.006)])
+    assert best_width(bad, flat, WIDTHS) == 1
+    without = StepCost([(2, 0.010), (16, 0.0101)])  # extrapolated from drafted steps only
+    assert best_width(bad, without, WIDTHS) > 1
+
+
 def test_load_moves_the_choice():
     """Good drafts: the whole block alone, on a flat curve; on a compute-bound curve a wide batch
     verifies less; drafts that are never accepted: plain decoding at any load."""

@@ -52,15 +52,21 @@ def test_requests_keep_their_own_statistics():
     assert pa.expected_tokens(4) > pb.expected_tokens(4)
 
 
-def test_step_times_make_a_non_decreasing_curve():
+def test_step_times_make_non_decreasing_curves_and_keep_plain_steps_apart():
     times = StepTimes("cpu", smoothing=0.5)
-    assert times.curve() is None
-    times.add(8, 0.010)
-    times.add(64, 0.008)  # noise: more tokens measured faster
-    times.add(8, 0.020)  # averaged: 0.015
+    assert times.unmeasured_width(4, B) == 1  # plain decoding first, then the block, then half
+    times.add(times.plain, 4, 0.004)
+    assert times.unmeasured_width(4, B) == B
+    times.add(times.seconds, 4 * B, 0.010)
+    assert times.curve() is None and times.unmeasured_width(4, B) == B // 2
+    times.add(times.seconds, 64, 0.008)  # noise: more tokens measured faster
+    times.add(times.seconds, 4 * B, 0.020)  # averaged: 0.015
     curve = times.curve()
-    assert curve.target(8) == pytest.approx(0.015)
+    assert curve.target(4 * B) == pytest.approx(0.015)
     assert curve.target(64) == pytest.approx(0.015)
-    started = times.start(16)
+    assert curve.step(4, 1) == pytest.approx(0.004)  # width 1: the plain steps' own curve
+    started = times.start(2, 1)
     times.stop(started)
-    assert 16 in times.seconds
+    started = times.start(2, 3)
+    times.stop(started)
+    assert 2 in times.plain and 6 in times.seconds

@@ -95,14 +95,14 @@ class VerifyWidth:
     def adaptive_choice(self, batch) -> int:
         profiles = self.acceptance.profiles(batch.reqs)
         curve = self.times.curve()
-        if curve is None:  # two step sizes to measure first: the whole block and half of it
-            width = self.block_size if self.steps % 2 == 0 else max(1, self.block_size // 2)
+        if curve is None:  # time the whole block, half of it and plain decoding first
+            width = self.times.unmeasured_width(len(batch.reqs), self.block_size) or self.block_size
         else:
             width = best_width(profiles, curve, range(1, self.block_size + 1))
         if self.tp_group is not None and self.tp_group.world_size > 1:
             width = self.tp_group.broadcast_object(width)  # rank 0's timings decide for all
         self.acceptance.verified(batch.reqs, width)
-        self.step_started = self.times.start(len(batch.reqs) * width)
+        self.step_started = self.times.start(len(batch.reqs), width)
         return width
 
     def step_done(self) -> None:

@@ -10,8 +10,10 @@ drafted block; w = 1 is plain decoding) to maximise the expected committed token
   per position with a Beta prior, censored at the width each step used);
 - cost(bs, w) = target(bs * w) + drafter(bs) [w > 1]: the step's time as a function of the verify
   tokens (StepCost: a piecewise-linear curve over measured points, extrapolated linearly), plus
-  the drafter's forward when there are drafts to verify. The curve is where load enters: on a
-  compute-bound target, bs * w tokens cost about w times bs tokens, so wide batches pick small w.
+  the drafter's forward when there are drafts to verify. A step of width 1 skips the drafter, so
+  where it has been measured it has its own curve over the batch size (`plain_points`). The curve
+  is where load enters: on a compute-bound target, bs * w tokens cost about w times bs tokens, so
+  wide batches pick small w.
 
 Nothing here touches SGLang; the worker feeds it host-side numbers.
 """
@@ -30,16 +32,26 @@ class StepCost:
     points: Sequence[tuple[int, float]]  # (verify tokens, seconds), at least two, increasing tokens
     drafter_per_request: float = 0.0
     drafter_fixed: float = 0.0
+    plain_points: Sequence[tuple[int, float]] = ()  # measured width-1 steps: (batch size, seconds)
 
     def target(self, tokens: int) -> float:
-        xs = [x for x, _ in self.points]
-        i = min(max(bisect.bisect_left(xs, tokens), 1), len(xs) - 1)  # the segment, or an end one
-        (x0, y0), (x1, y1) = self.points[i - 1], self.points[i]
-        return max(y0 + (y1 - y0) * (tokens - x0) / (x1 - x0), 1e-9)  # extrapolation stays positive
+        return interpolate(self.points, tokens)
 
     def step(self, batch_size: int, width: int) -> float:
+        if width == 1 and self.plain_points:
+            return interpolate(self.plain_points, batch_size)
         drafter = self.drafter_fixed + self.drafter_per_request * batch_size if width > 1 else 0.0
         return self.target(batch_size * width) + drafter
+
+
+def interpolate(points: Sequence[tuple[int, float]], x: int) -> float:
+    """Piecewise-linear through the points, extrapolated from the end segments (one point: flat)."""
+    if len(points) == 1:
+        return points[0][1]
+    xs = [p for p, _ in points]
+    i = min(max(bisect.bisect_left(xs, x), 1), len(xs) - 1)  # the segment, or an end one
+    (x0, y0), (x1, y1) = points[i - 1], points[i]
+    return max(y0 + (y1 - y0) * (x - x0) / (x1 - x0), 1e-9)  # extrapolation stays positive
 
 
 @dataclass

@@ -6,8 +6,9 @@
   request's steps at, and fed to the request's `AcceptanceProfile`. Under the overlap loop the
   histogram lags one step: the pairing is by order, so the lag costs nothing but freshness.
 - Step cost: the seconds of each decode step by its verify tokens (batch size x width), an
-  exponential average per token count, timed with CUDA events read a step later (never waiting)
-  on a GPU, or the host clock on a CPU, where the step computes synchronously.
+  exponential average per token count; steps of width 1 (no drafter) kept apart, by batch size.
+  Timed with CUDA events read a step later (never waiting) on a GPU, or the host clock on a CPU,
+  where the step computes synchronously.
 Nothing here reads device data on the host.
 """
 
@@ -60,39 +61,54 @@ class StepTimes:
     def __init__(self, device, smoothing: float = 0.2):
         self.on_gpu = torch.device(device).type == "cuda"
         self.smoothing = smoothing
-        self.seconds: dict[int, float] = {}
-        self.open: deque = deque()  # (tokens, start, end) of steps not read yet
+        self.seconds: dict[int, float] = {}  # drafted steps, by verify tokens
+        self.plain: dict[int, float] = {}  # width-1 steps (no drafter), by batch size
+        self.open: deque = deque()  # steps not read yet
 
-    def start(self, tokens: int):
+    def start(self, batch_size: int, width: int):
+        key = (self.plain, batch_size) if width == 1 else (self.seconds, batch_size * width)
         if self.on_gpu:
             start = torch.cuda.Event(enable_timing=True)
             start.record()
-            return tokens, start
-        return tokens, time.perf_counter()
+            return key, start
+        return key, time.perf_counter()
 
     def stop(self, started) -> None:
-        tokens, start = started
+        key, start = started
         if self.on_gpu:
             end = torch.cuda.Event(enable_timing=True)
             end.record()
-            self.open.append((tokens, start, end))
+            self.open.append((key, start, end))
             while self.open and self.open[0][2].query():  # finished steps only: never wait
-                tokens, start, end = self.open.popleft()
-                self.add(tokens, start.elapsed_time(end) / 1000)
+                key, start, end = self.open.popleft()
+                self.add(*key, start.elapsed_time(end) / 1000)
         else:
-            self.add(tokens, time.perf_counter() - start)
+            self.add(*key, time.perf_counter() - start)
 
-    def add(self, tokens: int, seconds: float) -> None:
-        old = self.seconds.get(tokens)
-        self.seconds[tokens] = seconds if old is None else old + self.smoothing * (seconds - old)
+    def add(self, table: dict, count: int, seconds: float) -> None:
+        old = table.get(count)
+        table[count] = seconds if old is None else old + self.smoothing * (seconds - old)
 
     def curve(self) -> StepCost | None:
-        """The cost curve over the token counts seen (made non-decreasing: more tokens never cost
-        less, whatever the noise); None until two are seen."""
-        if len(self.seconds) < 2:
+        """The cost curves over the counts seen (made non-decreasing: more tokens never cost less,
+        whatever the noise); None until two drafted token counts and a width-1 step are seen."""
+        if len(self.seconds) < 2 or not self.plain:
             return None
-        points, most = [], 0.0
-        for tokens, seconds in sorted(self.seconds.items()):
-            most = max(most, seconds)
-            points.append((tokens, most))
-        return StepCost(points)
+        return StepCost(non_decreasing(self.seconds), plain_points=non_decreasing(self.plain))
+
+    def unmeasured_width(self, batch_size: int, block_size: int) -> int | None:
+        """A width still to time before the curves exist: the whole block, half of it, plain."""
+        if not self.plain:
+            return 1
+        for width in (block_size, max(2, block_size // 2)):
+            if batch_size * width not in self.seconds:
+                return width
+        return None
+
+
+def non_decreasing(table: dict[int, float]) -> list[tuple[int, float]]:
+    points, most = [], 0.0
+    for count, seconds in sorted(table.items()):
+        most = max(most, seconds)
+        points.append((count, most))
+    return points
