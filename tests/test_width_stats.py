@@ -52,6 +52,23 @@ def test_requests_keep_their_own_statistics():
     assert pa.expected_tokens(4) > pb.expected_tokens(4)
 
 
+def test_a_new_request_starts_from_the_pooled_acceptance():
+    """Drafts that fail for every request so far: a new request expects about nothing of them
+    from its first step, and its own steps still move its estimate."""
+    stats = RequestAcceptance(B - 1)
+    for n in range(20):
+        old = request(f"old-{n}")
+        stats.profiles([old])
+        stats.verified([old], B)
+        scheduler_records(old, 0)
+        stats.profiles([old])
+    new = stats.profiles([request("new")])[0]
+    assert new.expected_tokens(B) < 1.1  # a flat prior would say 1.875
+    for _ in range(6):  # this request's drafts are all accepted
+        new.record(B, B - 1)
+    assert new.acceptance()[0] > 0.5
+
+
 def test_step_times_make_non_decreasing_curves_and_keep_plain_steps_apart():
     times = StepTimes("cpu", smoothing=0.5)
     assert times.unmeasured_width(4, B) == 1  # plain decoding first, then the block, then half

@@ -7,7 +7,8 @@ drafted block; w = 1 is plain decoding) to maximise the expected committed token
 
 - E_i[tokens | w] = 1 + sum_{k=1}^{w-1} prod_{j<=k} q_ij, where q_ij is request i's estimated
   probability that draft j is accepted given drafts 1..j-1 were (AcceptanceProfile: online counts
-  per position with a Beta prior, censored at the width each step used);
+  per position with a Beta prior, censored at the width each step used; a new request's prior is
+  the server's pooled acceptance, worth a few steps of its own);
 - cost(bs, w) = target(bs * w) + drafter(bs) [w > 1]: the step's time as a function of the verify
   tokens (StepCost: a piecewise-linear curve over measured points, extrapolated linearly), plus
   the drafter's forward when there are drafts to verify. A step of width 1 skips the drafter, so
@@ -62,6 +63,10 @@ class AcceptanceProfile:
     prior: tuple[float, float] = (1.0, 1.0)  # Beta(a, b) pseudo-counts: accepted, rejected
     reached: list[int] = field(default_factory=list)
     accepted: list[int] = field(default_factory=list)
+    # Per-position prior acceptance rates (e.g. the server's pooled ones), worth `prior_weight`
+    # observations each; when given, they replace `prior`.
+    prior_rates: Sequence[float] | None = None
+    prior_weight: float = 4.0
 
     def __post_init__(self):
         self.reached = self.reached or [0] * self.positions
@@ -74,8 +79,13 @@ class AcceptanceProfile:
             self.accepted[j] += j < accepted_drafts
 
     def acceptance(self) -> list[float]:
-        a, b = self.prior
-        return [(self.accepted[j] + a) / (self.reached[j] + a + b) for j in range(self.positions)]
+        if self.prior_rates is None:
+            a, b = self.prior
+            return [(self.accepted[j] + a) / (self.reached[j] + a + b) for j in range(self.positions)]
+        w = self.prior_weight
+        return [
+            (self.accepted[j] + w * rate) / (self.reached[j] + w) for j, rate in enumerate(self.prior_rates)
+        ]
 
     def expected_tokens(self, width: int) -> float:
         total, chain = 1.0, 1.0

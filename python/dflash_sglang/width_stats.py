@@ -5,6 +5,8 @@
   processed). New entries are paired, oldest first, with the widths this worker verified the
   request's steps at, and fed to the request's `AcceptanceProfile`. Under the overlap loop the
   histogram lags one step: the pairing is by order, so the lag costs nothing but freshness.
+  Every step also feeds a pooled profile of all requests, and a new request starts from it (a
+  request's first steps are sized by what drafts achieve on this server, not by a flat prior).
 - Step cost: the seconds of each decode step by its verify tokens (batch size x width), an
   exponential average per token count; steps of width 1 (no drafter) kept apart, by batch size.
   Timed with CUDA events read a step later (never waiting) on a GPU, or the host clock on a CPU,
@@ -26,6 +28,7 @@ class RequestAcceptance:
     def __init__(self, positions: int, keep: int = 4096):
         self.positions, self.keep = positions, keep
         self.entries: dict[str, tuple[AcceptanceProfile, list[int], deque]] = {}
+        self.pooled = AcceptanceProfile(positions)
 
     def _entry(self, req):
         entry = self.entries.get(req.rid)
@@ -33,7 +36,8 @@ class RequestAcceptance:
             if len(self.entries) >= self.keep:  # forget the oldest requests, long finished
                 for rid in list(self.entries)[: self.keep // 2]:
                     del self.entries[rid]
-            entry = self.entries[req.rid] = (AcceptanceProfile(self.positions), [], deque(maxlen=8))
+            profile = AcceptanceProfile(self.positions, prior_rates=self.pooled.acceptance())
+            entry = self.entries[req.rid] = (profile, [], deque(maxlen=8))
         return entry
 
     def profiles(self, reqs) -> list[AcceptanceProfile]:
@@ -45,7 +49,9 @@ class RequestAcceptance:
             seen.extend([0] * (len(histogram) - len(seen)))
             for accepted, count in enumerate(histogram):
                 for _ in range(count - seen[accepted]):
-                    profile.record(pending.popleft() if pending else self.positions + 1, accepted)
+                    width = pending.popleft() if pending else self.positions + 1
+                    profile.record(width, accepted)
+                    self.pooled.record(width, accepted)
                 seen[accepted] = count
             out.append(profile)
         return out
