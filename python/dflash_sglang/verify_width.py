@@ -84,10 +84,10 @@ class VerifyWidth:
         elif self.adaptive:
             width = self.adaptive_choice(batch)
         else:
-            width = self.block_size
+            return self.block_size
         self.steps += 1
         self.ran[width] += 1
-        if self.steps % REPORT_EVERY == 0:
+        if self.steps % REPORT_EVERY == 0:  # what ran, when the width varies
             logger.info("dflash_sglang: verify widths of the last %d steps: %s", REPORT_EVERY, dict(self.ran))
             self.ran.clear()
         return width
