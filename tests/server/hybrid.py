@@ -25,8 +25,9 @@ NO_BUFFER = ["--mamba-radix-cache-strategy", "no_buffer", "--disable-overlap-sch
 EXTRA_BUFFER = ["--mamba-radix-cache-strategy", "extra_buffer", "--mamba-track-interval", TRACK_INTERVAL]
 
 
-def make_hybrid_pair(root: Path):
-    return write_tiny_hybrid_pair(root, seed=0, block_size=BLOCK, shape=HybridShape(hot_tokens=3))
+def make_hybrid_pair(root: Path, experts: int = 0):
+    shape = HybridShape(hot_tokens=3, experts=experts)
+    return write_tiny_hybrid_pair(root, seed=0, block_size=BLOCK, shape=shape)
 
 
 def prompts() -> list[list[int]]:

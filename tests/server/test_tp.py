@@ -5,10 +5,11 @@ token for token, 5 prompts one at a time, 8 concurrent and on a radix-cache hit,
 worker (also with the reference's verify-step counts: the sharded drafter drafts what the
 unsharded one does) and under the plain worker with a draft window of 8, which the outputs
 outgrow. At temperature 1 the overlap worker samples the target's own law. A hybrid target
-(Gated DeltaNet heads sharded too) equals transformers' greedy decoding under the overlap worker.
+(Gated DeltaNet heads sharded too), and its mixture-of-experts sibling (experts and the gated
+shared expert sharded), equal transformers' greedy decoding under the overlap worker.
 
-Servers: the hybrid one, then one no-spec and one per worker (at most two up at once); about 4
-minutes in all.
+Servers: the two hybrid ones, then one no-spec and one per worker (at most two up at once); about
+5 minutes in all.
 """
 
 from __future__ import annotations
@@ -38,11 +39,13 @@ WORKERS = {
 }
 
 
-def test_hybrid_target_equals_transformers_concurrently_and_on_a_radix_hit(tmp_path):
-    """The tiny Qwen3.5-style pair, overlap worker, extra_buffer state tracking, block 8: six
+@pytest.mark.parametrize("experts", [0, 4], ids=["hybrid", "hybrid-moe"])
+def test_hybrid_target_equals_transformers_concurrently_and_on_a_radix_hit(tmp_path, experts):
+    """The tiny Qwen3.5-style pair (and its MoE sibling: 4 experts, top 2, a gated shared expert,
+    as Qwen3.5-35B-A3B / 397B-A17B), overlap worker, extra_buffer state tracking, block 8: six
     prompts of 1-130 tokens at once, then the longest again from the radix cache (its tracked
     state reused on both ranks). Its own server, gone before the others start."""
-    pair = hybrid.make_hybrid_pair(tmp_path)
+    pair = hybrid.make_hybrid_pair(tmp_path, experts)
     args = [*TP2, *hybrid.HYBRID_ARGS, *hybrid.EXTRA_BUFFER, *dflash_args(pair, hybrid.BLOCK)]
     env = {**hybrid.HYBRID_ENV, **WORKERS["overlap"][0]}
     prompts = hybrid.prompts()
