@@ -1,13 +1,16 @@
-"""Batched device-side trees (tree_batch.py) against the per-request heap builder (tree.py) and
-brute force: the node set, the flattened layout, the chain at max_children = 1, ties, and no host
-read anywhere."""
+"""Batched device-side trees (tree_batch.py) against the per-request heap builder and walk
+(tree.py) and brute force: the node set, the flattened layout, the walk, the committed tokens,
+the chain at max_children = 1, ties, and no host read anywhere."""
+
+import random
 
 import pytest
 import torch
 
+from dflash_sglang.accept import greedy_accept
 from dflash_sglang.host_sync import DeviceDataGuard
-from dflash_sglang.tree import Tree, build_tree
-from dflash_sglang.tree_batch import BatchTree, build_batch_trees
+from dflash_sglang.tree import Tree, build_tree, follow, walk_greedy
+from dflash_sglang.tree_batch import BatchTree, build_batch_trees, follow_batch, path_tokens
 
 from .test_tree import brute_force_best, paths_of
 
@@ -102,6 +105,77 @@ def test_max_children_one_is_the_chain():
         assert torch.equal(batch.depths[:, :real], torch.arange(real).expand(3, -1))
 
 
+def deep_predictions(batch: BatchTree, rng: random.Random, vocab: int) -> torch.Tensor:
+    """Per request: the tokens that walk to a random node of maximal depth, random elsewhere."""
+    predictions = torch.randint(0, vocab, batch.tokens.shape, generator=torch.Generator().manual_seed(3))
+    for i in range(batch.tokens.shape[0]):
+        tree = batch.unbatch(i)
+        depths = tree.depths[: batch.num_real]
+        target = rng.choice((depths == depths.max()).nonzero().flatten().tolist())
+        path = tree.root_path(target)
+        for parent, child in zip(path, path[1:], strict=False):
+            predictions[i, parent] = tree.tokens[child]
+    return predictions
+
+
+def children_predictions(batch: BatchTree, rng: random.Random, vocab: int) -> torch.Tensor:
+    """Mostly one of the node's children's tokens, so that walks go deep but not always."""
+    rows = []
+    for i in range(batch.tokens.shape[0]):
+        tree = batch.unbatch(i)
+        children = [tree.tokens[tree.parents == j].tolist() for j in range(batch.num_nodes)]
+        rows.append([rng.choice(c) if c and rng.random() < 0.7 else rng.randrange(vocab) for c in children])
+    return torch.tensor(rows)
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("kind", ["random", "children", "deep"])
+def test_follow_batch_equals_the_walk_per_request(case, kind):
+    bs, depth, vocab = case[:3]
+    batch, _, _ = batch_of(case, seed=4)
+    rng = random.Random(5)
+    for trial in range(3):
+        if kind == "random":
+            g = torch.Generator().manual_seed(trial)
+            predictions = torch.randint(0, vocab, batch.tokens.shape, generator=g)
+        else:
+            predictions = (deep_predictions if kind == "deep" else children_predictions)(batch, rng, vocab)
+        accepted = follow_batch(batch, predictions)
+        committed = path_tokens(batch, accepted)
+        assert accepted.accept_index.shape == (bs, depth + 1) and committed.tokens.shape == (bs, depth + 1)
+        for i in range(bs):
+            tree = batch.unbatch(i)
+            single = follow(tree, predictions[i])
+            path, bonus = walk_greedy(tree, predictions[i])
+            assert torch.equal(accepted.on_path[i], single.on_path)
+            assert int(accepted.last[i]) == path[-1] and int(accepted.bonus[i]) == bonus
+            assert accepted.accept_index[i].tolist() == path + [-1] * (depth + 1 - len(path))
+            assert int(accepted.accept_lens[i]) == int(committed.lengths[i]) == len(path)
+            emitted = committed.tokens[i, : len(path)].tolist()
+            assert emitted == tree.tokens[path[1:]].tolist() + [bonus]
+            if kind == "deep":
+                assert int(tree.depths[path[-1]]) == int(tree.depths[: batch.num_real].max())
+
+
+def test_a_chain_tree_commits_what_the_chain_commits():
+    """K = 1 with budget >= L: the tree is the chain, so its walk must commit greedy_accept's tokens."""
+    bs, depth, vocab = 6, 5, 4
+    logprobs = random_logprobs(bs, depth, vocab, seed=6)
+    batch = build_batch_trees(torch.tensor([1] * bs), logprobs, depth, max_children=1)
+    g = torch.Generator().manual_seed(7)
+    predictions = torch.where(
+        torch.rand(bs, depth + 1, generator=g) < 0.8,
+        torch.cat([batch.tokens[:, 1:], torch.zeros(bs, 1, dtype=torch.int64)], dim=1),
+        torch.randint(0, vocab, (bs, depth + 1), generator=g),
+    )
+    committed = path_tokens(batch, follow_batch(batch, predictions))
+    chain = greedy_accept(batch.tokens[:, 1:], predictions)
+    assert torch.equal(committed.lengths, chain.lengths)
+    for i in range(bs):
+        n = int(chain.lengths[i])
+        assert torch.equal(committed.tokens[i, :n], chain.tokens[i, :n])
+
+
 def test_exact_ties_still_give_a_valid_tree():
     """A sure drafter has log q = 0 exactly (child and parent tie) and -inf for masked tokens."""
     logits = torch.full((2, 4, 6), -1e4)
@@ -122,12 +196,14 @@ def test_exact_ties_still_give_a_valid_tree():
 
 
 def test_nothing_is_read_to_the_host():
-    """The whole step under host_sync's guard: building, masks and links."""
+    """The whole step under host_sync's guard: building, masks, links, walk and commit."""
     case = (3, 4, 6, 10, 3)
     _, roots, logprobs = batch_of(case)
+    predictions = torch.randint(0, 6, (3, 11), generator=torch.Generator().manual_seed(8))
     seq_lens = torch.tensor([5, 9, 2])
-    with DeviceDataGuard([roots, logprobs, seq_lens]):
+    with DeviceDataGuard([roots, logprobs, predictions, seq_lens]):
         batch = build_batch_trees(roots, logprobs, 10, 3)
         batch.positions(seq_lens)
         batch.ancestor_mask()
         batch.retrieve_arrays()
+        path_tokens(batch, follow_batch(batch, predictions))

@@ -18,9 +18,11 @@ padded with isolated nodes as Tree.padded does (parent -1, depth 0, never accept
 from __future__ import annotations
 
 import dataclasses
+from typing import NamedTuple
 
 import torch
 
+from .accept import Acceptance
 from .tree import Tree
 
 
@@ -136,3 +138,45 @@ def build_batch_trees(
         max_depth=depth_cap,
         num_real=num_real,
     )
+
+
+class BatchTreeAcceptance(NamedTuple):
+    """Each request's greedy walk down its own tree."""
+
+    on_path: torch.Tensor  # [bs, N] bool: the accepted nodes, the root included
+    last: torch.Tensor  # [bs] the deepest accepted node
+    bonus: torch.Tensor  # [bs] the target's token at `last`: emitted after the accepted drafts
+    accept_index: torch.Tensor  # [bs, L + 1] accepted node ids by depth, root first, -1 after
+    accept_lens: torch.Tensor  # [bs] accepted nodes, the root included (1 .. L + 1)
+
+
+def follow_batch(tree: BatchTree, predictions: torch.Tensor) -> BatchTreeAcceptance:
+    """tree.follow per request: the longest root path whose every node carries the target's
+    prediction at its parent. predictions: [bs, N] the target's token at each node (argmax, or
+    one sample per node). Children of a node hold distinct tokens, so the accepted nodes form one
+    path; padding has no parent, so it never matches."""
+    matched = (tree.tokens == predictions.gather(1, tree.parents.clamp_min(0))) & (tree.parents >= 0)
+    matched[:, 0] = True
+    on_path = ~(tree.ancestor_mask() & ~matched.unsqueeze(1)).any(-1)  # no miss on the root path
+    last = (on_path * (tree.depths + 1)).argmax(-1)  # depth + 1: the root wins over unaccepted nodes
+    bonus = predictions.gather(1, last.unsqueeze(-1)).squeeze(-1)
+
+    # One accepted node per depth: scatter node ids to their depth's column, the rest to a spare one.
+    bs, n = tree.tokens.shape
+    spare = tree.max_depth + 1
+    columns = torch.where(on_path, tree.depths, spare)
+    nodes = torch.arange(n, device=tree.tokens.device).expand(bs, n)
+    accept_index = torch.full((bs, spare + 1), -1, dtype=torch.int64, device=tree.tokens.device)
+    accept_index = accept_index.scatter(1, columns, nodes)[:, :spare]
+    return BatchTreeAcceptance(on_path, last, bonus, accept_index, on_path.sum(-1))
+
+
+def path_tokens(tree: BatchTree, accepted: BatchTreeAcceptance) -> Acceptance:
+    """What a chain step commits, in its layout: `tokens[i, :lengths[i]]` are request i's accepted
+    drafts in depth order followed by the bonus, in a [bs, L + 1] block; the rest is 0."""
+    drafts = accepted.accept_index[:, 1:]
+    tokens = torch.where(drafts >= 0, tree.tokens.gather(1, drafts.clamp_min(0)), 0)
+    tokens = torch.cat([tokens, torch.zeros_like(tokens[:, :1])], dim=1)
+    lengths = accepted.accept_lens
+    tokens = tokens.scatter(1, (lengths - 1).unsqueeze(-1), accepted.bonus.unsqueeze(-1))
+    return Acceptance(lengths, tokens)
