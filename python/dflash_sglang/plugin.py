@@ -54,7 +54,7 @@ def register() -> None:
         return
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
-    from . import cli_aliases, input_checks, request_checks, startup_checks
+    from . import cli_aliases, input_checks, request_checks, startup_checks, tree_switches
     from .cpu import install as install_cpu_stand_ins
 
     install_cpu_stand_ins()
@@ -78,6 +78,7 @@ def register() -> None:
         "sglang.srt.arg_groups.speculative_hook._handle_dflash", _resolve_schedule, HookType.AFTER
     )
     HookRegistry.register(request_checks.TARGET, request_checks.refuse_unsupported_requests, HookType.AROUND)
+    HookRegistry.register(tree_switches.HANDLE_DFLASH, tree_switches.resolve_tree_switches, HookType.AROUND)
 
 
 def _resolve_schedule(result, server_args):

@@ -43,7 +43,7 @@ from sglang.srt.speculative.draft_worker_common import (
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 from sglang.srt.utils import async_h2d
 
-from . import dp_attention, host_sync
+from . import dp_attention, host_sync, tree_verify
 from .accept import Acceptance, greedy_accept
 from .config import DFlashConfigError
 from .draft_window import DraftWindow, allocate_window_pool, refuse_unsupported_setups
@@ -56,6 +56,7 @@ from .sampling_prewarm import prewarm_sampled_verify
 from .spec_info import DFlashDraftState, host_read_bound
 from .streams import DrafterStream
 from .tp_agreement import TpAgreement, draft_scope
+from .tree_switches import tree_settings
 from .verify_logits import adjust_verify_logits, grammar_tree
 from .verify_width import VerifyWidth, narrow
 
@@ -70,6 +71,7 @@ class Block(NamedTuple):
     cache_loc: torch.Tensor  # [bs * B] KV slots of the block (target pool ids)
     kv_plan: object  # SGLang's KVLocPlan shared by the draft, the verify and the injection
     draft_loc: torch.Tensor  # [bs, B] the block's slots in the draft pool (what injection writes)
+    tree: object = None  # a tree verify's BatchTree (tree_verify.py); None for a chain
 
 
 class DFlashWorker(BaseSpecWorker):
@@ -101,7 +103,11 @@ class DFlashWorker(BaseSpecWorker):
                 f"dflash_config.target_layer_ids = {list(config.target_layer_ids)} but the target "
                 f"captures layers {list(captured)}"
             )
-        self.block_size = int(get_spec().speculative_num_draft_tokens or config.block_size)
+        # A tree verifies N nodes from a drafter block of B (tree_switches.py); a chain, B = N.
+        self.tree = tree_settings(server_args)
+        spec = get_spec()
+        block = spec.speculative_dflash_block_size if self.tree else spec.speculative_num_draft_tokens
+        self.block_size = int(block or config.block_size)
         if self.block_size < 2:
             raise DFlashConfigError(f"--speculative-num-draft-tokens = {self.block_size}: need >= 2")
         self.draft_model.set_block_size(self.block_size)
@@ -118,6 +124,9 @@ class DFlashWorker(BaseSpecWorker):
         self.drafter = DrafterStream(self.device, enabled=self.wants_drafter_stream(server_args))
         # How much of each block is verified: all of it, or per step (verify_width.py).
         self.widths = VerifyWidth(self.block_size, self.device, get_parallel().tp_group)
+        if self.tree is not None:
+            tree_verify.refuse_unsupported_setups(self.tree, self.block_size, server_args, self.model_runner)
+            tree_verify.refuse_varying_widths(self.tree, self.widths)
         self.penalties: PenaltyLedger | None = None  # allocated by the first penalised request
         self.check_host_sync = host_sync.enabled()
         logger.info(
@@ -129,7 +138,7 @@ class DFlashWorker(BaseSpecWorker):
             "on" if self.drafter.active else "off",
             ", host-sync check on" if self.check_host_sync else "",
             self.block_size,
-            self.widths.describe,
+            self.widths.describe if self.tree is None else f"a tree of {self.tree.width} nodes",
             self.window_size or "off",
             config.num_hidden_layers,
             list(config.target_layer_ids),
@@ -184,7 +193,7 @@ class DFlashWorker(BaseSpecWorker):
 
     def prewarm_sampling(self):
         # SGLang sizes the KV pool after this: rehearse our sampled verify's worst-case memory.
-        return prewarm_sampled_verify(self.model_runner, self.block_size)
+        return prewarm_sampled_verify(self.model_runner, self.tree.width if self.tree else self.block_size)
 
     def weight_update_runners(self):
         # The drafter takes only its own tensors from an update (sglang_draft.load_weights): a
@@ -299,8 +308,10 @@ class DFlashWorker(BaseSpecWorker):
         )
         draft_loc = None  # where the block's injected KV goes: the target's slots, or the ring's
         if size > 1:
-            drafts, draft_loc = self.run_drafter(batch, state, block_ids, positions, cache_loc, kv_plan)
-            block_ids[:, 1:] = drafts
+            hidden, draft_loc = self.run_drafter(batch, state, block_ids, positions, cache_loc, kv_plan)
+            if self.tree is not None:
+                return self.tree_block(batch, state.bonus_tokens, hidden, host_lens)
+            block_ids[:, 1:] = self.argmax_drafts(hidden).view(bs, size - 1)
         if draft_loc is None:
             draft_loc = kv_plan.write_ids(self.draft_runner.kv_index_translator).view(bs, size)
         block = Block(block_ids, positions.flatten(), cache_loc, kv_plan, draft_loc)
@@ -308,7 +319,8 @@ class DFlashWorker(BaseSpecWorker):
 
     def run_drafter(self, batch, state, block_ids, positions, cache_loc, kv_plan):
         """One drafter forward over [verified token, mask x (B-1)], non-causal over the injected
-        context: the B-1 drafts, and the block's slots in the drafter's ring when there is one."""
+        context: the B-1 mask positions' features [bs, B-1, H], and the block's slots in the
+        drafter's ring when there is one."""
         bs, size = block_ids.shape
         bound_cpu = host_read_bound(batch, state, size)
         seq_lens = batch.seq_lens
@@ -347,10 +359,21 @@ class DFlashWorker(BaseSpecWorker):
         draft_plan.bind(forward_batch, self.draft_runner.kv_index_translator)
         with torch.inference_mode():
             hidden = self.draft_runner.forward(forward_batch).logits_output.hidden_states
-        hidden = hidden.view(bs, size, -1)[:, 1:].flatten(0, 1)
+        return hidden.view(bs, size, -1)[:, 1:], draft_loc
+
+    def argmax_drafts(self, hidden: torch.Tensor) -> torch.Tensor:
         lm_head = self.target_model.lm_head  # vocab-parallel over its own group (attention TP under DP)
-        drafts = vocab_parallel_argmax(hidden, lm_head, getattr(lm_head, "tp_group", get_parallel().tp_group))
-        return drafts.view(bs, size - 1), draft_loc
+        return vocab_parallel_argmax(
+            hidden.flatten(0, 1), lm_head, getattr(lm_head, "tp_group", get_parallel().tp_group)
+        )
+
+    def tree_block(self, batch, verified, hidden, host_lens) -> Block:
+        vocab = self.model_runner.model_config.vocab_size
+        logprobs = tree_verify.draft_logprobs(hidden, self.target_model.lm_head.weight[:vocab])
+        tree = tree_verify.build_trees(self.tree, verified, logprobs)
+        translators = (self.model_runner.kv_index_translator, self.draft_runner.kv_index_translator)
+        req_to_token = self.model_runner.req_to_token_pool.req_to_token
+        return tree_verify.tree_block(Block, tree, batch, req_to_token, *translators, host_lens)
 
     @property
     def target_model(self):
@@ -365,10 +388,14 @@ class DFlashWorker(BaseSpecWorker):
         self.drafter.join()  # the drafts
         size = block.tokens.shape[1]  # the verify width
         grammar = grammar_tree(batch, block.tokens)  # the drafts' host copy runs during the verify
+        positions, tree_mask = block.positions, None
+        if block.tree is not None:  # nodes at seq_len + depth, each seeing its ancestors
+            positions, tree_mask = tree_verify.verify_layout(block.tree, batch.seq_lens)
         verify_input = DFlashVerifyInput(
             draft_token=block.tokens.flatten(),
-            positions=block.positions,
+            positions=positions,
             draft_token_num=size,
+            custom_mask=tree_mask,
             capture_hidden_mode=CaptureHiddenMode.FULL,
             kv_loc_plan=block.kv_plan,
         )
@@ -393,6 +420,12 @@ class DFlashWorker(BaseSpecWorker):
         logits = target_out.logits_output.next_token_logits
         info = batch.sampling_info
         adjust_verify_logits(logits, batch, block.tokens, self.penalties, grammar, grammar_barrier)
+        if block.tree is not None:
+            target_tokens = tree_verify.predictions(logits, info, size, batch.reqs)
+            accepted, front = tree_verify.accept(block.tree, target_tokens)
+            kv_pool = self.model_runner.token_to_kv_pool
+            tree_verify.move_path_to_front(front, block.cache_loc, kv_pool, target_out.logits_output)
+            return target_out, accepted
         drafts = block.tokens[:, 1:]
         if info is None or info.is_all_greedy:
             accepted = greedy_accept(drafts, logits.argmax(-1).view(-1, size))

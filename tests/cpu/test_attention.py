@@ -194,9 +194,40 @@ def test_backend_hook_hands_other_modes_and_devices_to_sglang():
     assert calls == [ForwardMode.EXTEND, ForwardMode.TARGET_VERIFY]
 
 
-def test_tree_masks_are_refused_loudly():
-    forward_batch = SimpleNamespace(
-        forward_mode=ForwardMode.TARGET_VERIFY, spec_info=SimpleNamespace(custom_mask=torch.ones(4))
-    )
+def ancestors_of(parents: list[int]) -> torch.Tensor:
+    """[n, n] bool: node i's ancestors and itself, from its parent pointers (parent < i)."""
+    mask = torch.eye(len(parents), dtype=torch.bool)
+    for node, parent in enumerate(parents):
+        if parent >= 0:
+            mask[node] |= mask[parent]
+    return mask
+
+
+def test_a_tree_mask_lets_each_node_see_the_prefix_its_ancestors_and_itself(batch):
+    """Tree verify: one random tree per request in SGLang's QLEN_ONLY layout; each node's output
+    equals softmax attention over exactly the prefix and its root path (float64 loop)."""
+    trees = [[-1, 0, 0, 1], [-1, 0, 1, 2], [-1, 0, 0, 0]]  # parents: branchy, a chain, a star
+    tree_mask = torch.stack([ancestors_of(parents) for parents in trees])
+    out = verify_attention(
+        batch.q, batch.k_cache, batch.v_cache, batch.req_to_token, batch.rows, batch.prefixes, BLOCK,
+        scaling=None, causal=True, tree_mask=tree_mask.flatten(),
+    )  # fmt: skip
+    group = Q_HEADS // KV_HEADS
+    for i, (prefix, row) in enumerate(zip(PREFIXES, ROWS, strict=True)):
+        slots = batch.req_to_token[row, : prefix + BLOCK].tolist()
+        for node in range(BLOCK):
+            keys = [*range(prefix), *(prefix + j for j in range(BLOCK) if tree_mask[i, node, j])]
+            for h in range(Q_HEADS):
+                query = batch.q[i * BLOCK + node, h].double()
+                k = torch.stack([batch.k_cache[slots[j], h // group].double() for j in keys])
+                v = torch.stack([batch.v_cache[slots[j], h // group].double() for j in keys])
+                want = torch.softmax(k @ query / math.sqrt(DIM), 0) @ v
+                torch.testing.assert_close(out[i * BLOCK + node, h].double(), want, rtol=1e-5, atol=1e-5)
+
+
+def test_tree_masks_on_sliding_window_layers_are_refused_loudly(batch):
     with pytest.raises(NotImplementedError, match="tree"):
-        forward_extend_with_target_verify(None, None, torch.zeros(4, 8), None, None, None, forward_batch)
+        verify_attention(
+            batch.q, batch.k_cache, batch.v_cache, batch.req_to_token, batch.rows, batch.prefixes, BLOCK,
+            scaling=None, causal=True, window=2, tree_mask=torch.ones(3 * BLOCK * BLOCK, dtype=torch.bool),
+        )  # fmt: skip

@@ -44,12 +44,19 @@ def verify_attention(
     scaling: float | None,
     causal: bool,
     window: int | None = None,
+    tree_mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Attention of each request's block of queries over its prefix + block KV.
 
     q: [bs * block_len, q_heads, head_dim]; k/v_cache: [slots, kv_heads, dim] (block KV already
-    written); returns [bs * block_len, q_heads, v_dim].
+    written); returns [bs * block_len, q_heads, v_dim]. `tree_mask` (a tree verify, SGLang's
+    QLEN_ONLY layout: bs x block_len x block_len allowed pairs, flat) replaces the block's causal
+    mask: every node sees the prefix, its ancestors and itself.
     """
+    if tree_mask is not None:
+        if window is not None and window > -1:
+            raise NotImplementedError("dflash_sglang CPU TARGET_VERIFY: tree masks on sliding-window layers")
+        tree_mask = tree_mask.view(-1, block_len, block_len)
     out = q.new_empty(q.shape[0], q.shape[1], v_cache.shape[-1])
     gqa = q.shape[1] != k_cache.shape[1]
     for i, (row, prefix) in enumerate(zip(req_pool_indices.tolist(), prefix_lens.tolist(), strict=True)):
@@ -58,7 +65,10 @@ def verify_attention(
         q_i = q[i * block_len : (i + 1) * block_len].transpose(0, 1)
         k_i = k_cache[slots].to(q.dtype).transpose(0, 1)
         v_i = v_cache[slots].to(q.dtype).transpose(0, 1)
-        mask = block_visibility(prefix, block_len, causal, window).to(q.device)
+        if tree_mask is None:
+            mask = block_visibility(prefix, block_len, causal, window).to(q.device)
+        else:
+            mask = torch.cat([tree_mask.new_ones(block_len, prefix), tree_mask[i]], dim=1)
         o_i = scaled_dot_product_attention(q_i, k_i, v_i, attn_mask=mask, scale=scaling, enable_gqa=gqa)
         out[i * block_len : (i + 1) * block_len] = o_i.transpose(0, 1)
     return out
@@ -80,8 +90,6 @@ def forward_target_verify(backend, q, k, v, layer, forward_batch, save_kv_cache=
     from sglang.srt.layers.radix_attention import AttentionType
     from sglang.srt.mem_cache.memory_pool import KVWriteLoc
 
-    if getattr(forward_batch.spec_info, "custom_mask", None) is not None:
-        raise NotImplementedError("dflash_sglang CPU TARGET_VERIFY: custom (tree) masks are not supported")
     if layer.is_cross_attention:
         raise NotImplementedError("dflash_sglang CPU TARGET_VERIFY: cross attention is not supported")
     if save_kv_cache and k is not None and v is not None:
@@ -101,6 +109,7 @@ def forward_target_verify(backend, q, k, v, layer, forward_batch, save_kv_cache=
         causal=causal,
         # As SGLang's extend path: the window applies to causal (decoder) layers only.
         window=layer.sliding_window_size if causal else None,
+        tree_mask=getattr(forward_batch.spec_info, "custom_mask", None),
     )
     return out.reshape(q_.shape[0], layer.tp_q_head_num * layer.v_head_dim)
 

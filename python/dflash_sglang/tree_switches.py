@@ -1,0 +1,77 @@
+"""The tree switches, SGLang's own options as its open DFLASH tree PR (#31069) uses them:
+
+    --speculative-eagle-topk K         K > 1 turns tree verification on: at most K children a node
+    --speculative-num-draft-tokens N   the verify width: the node budget N - 1 plus the root
+    --speculative-dflash-block-size B  the drafter's block (default: the drafter's config)
+
+Without K > 1 nothing changes and the seed cards' commands stay chains. SGLang's `_handle_dflash`
+forces topk to 1 and requires N == B; around it we resolve the chain SGLang knows (topk 1, N
+verify tokens a step: its KV reservation, buffers and graphs size themselves by N) and the worker
+reads K from the operator's raw input (`server_args._raw_input`, SGLang's own record of it).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from .config import DFlashConfigError
+
+logger = logging.getLogger(__name__)
+
+HANDLE_DFLASH = "sglang.srt.arg_groups.speculative_hook._handle_dflash"
+SOURCE = "dflash_sglang.tree_switches"
+
+
+@dataclass(frozen=True)
+class TreeSettings:
+    max_children: int  # K: --speculative-eagle-topk
+    width: int  # N: --speculative-num-draft-tokens, nodes verified per request, root included
+
+    @property
+    def budget(self) -> int:
+        return self.width - 1
+
+
+def requested_topk(server_args) -> int:
+    raw = getattr(server_args, "_raw_input", None) or {}
+    topk = raw.get("speculative_eagle_topk")
+    return 1 if topk is None else int(topk)
+
+
+def tree_settings(server_args) -> TreeSettings | None:
+    """The worker's view: None for a chain."""
+    from sglang.srt.runtime_context import get_spec
+
+    topk = requested_topk(server_args)
+    if topk <= 1:
+        return None
+    return TreeSettings(max_children=topk, width=int(get_spec().speculative_num_draft_tokens))
+
+
+def resolve_tree_switches(original, server_args):
+    """AROUND _handle_dflash: with topk > 1, SGLang resolves the drafter's block and we then
+    declare the verify width N in its place (SGLang keeps topk 1: a chain of N verify tokens)."""
+    from sglang.srt.arg_groups.overrides import declare_resolution, resolving_view
+
+    cfg = resolving_view(server_args)
+    topk = cfg.speculative_eagle_topk
+    if topk is None or int(topk) <= 1:
+        return original(server_args)
+    width = cfg.speculative_num_draft_tokens
+    if width is None or int(width) < 2:
+        raise DFlashConfigError(
+            f"--speculative-eagle-topk {topk} turns DFLASH tree verification on and needs "
+            f"--speculative-num-draft-tokens N >= 2, the verify width (node budget + 1); got {width}"
+        )
+    # SGLang's handler sees a chain: topk 1, the block from --speculative-dflash-block-size or the
+    # drafter's config (N unset, so it does not insist N == B).
+    declare_resolution(server_args, SOURCE, speculative_eagle_topk=1, speculative_num_draft_tokens=None)
+    result = original(server_args)
+    block = int(resolving_view(server_args).speculative_num_draft_tokens)
+    declare_resolution(
+        server_args, SOURCE, speculative_num_draft_tokens=int(width), speculative_dflash_block_size=block
+    )
+    logger.info("dflash_sglang: DFLASH tree verification: at most %s children a node, %s nodes "
+                "verified per request (root included), drafter block %d", topk, width, block)  # fmt: skip
+    return result

@@ -1,0 +1,126 @@
+"""Tree verification in the decode step (DDTree, arXiv 2604.12989; docs/tree.md).
+
+The drafter's one forward gives a distribution at every block position; instead of their argmax
+chain, the step verifies the `width - 1` most probable prefixes (tree_batch.py builds them on the
+device) in one TARGET_VERIFY forward with an ancestor mask, then walks the target's predictions
+down the tree. Around the chain step it changes three things:
+
+    draft    the block holds the tree's N nodes (node 0 = the verified token) in N reserved slots
+    verify   node i sits at position seq_len + depth[i] and sees the prefix and its ancestors
+             (SGLang's FULL_MASK layout in `DFlashVerifyInput.custom_mask`)
+    accept   the accepted root path, moved to the front of the block: its target KV to slots
+             seq_len.., its logits and captured features to rows 0.., so the chain's commit
+             (injection, request outputs, lengths) runs unchanged
+
+At temperature > 0 every node draws one sample of the target's law and the walk descends while
+the sample is a child's token (the target-only rule: exact for deterministic children).
+"""
+
+from __future__ import annotations
+
+import torch
+from sglang.srt.configs.hybrid_arch import mambaish_config
+
+from .accept import Acceptance
+from .config import DFlashConfigError
+from .target_law import plan_for, row_laws
+from .tree_batch import BatchTree, build_batch_trees, follow_batch, path_tokens
+from .tree_switches import TreeSettings
+from .verify_width import ADAPTIVE_ENV, WIDTHS_ENV
+
+
+def refuse_unsupported_setups(settings: TreeSettings, block_size: int, server_args, model_runner) -> None:
+    """What the tree path does not serve yet fails at startup, naming the options."""
+    option = f"--speculative-eagle-topk {settings.max_children} (DFLASH tree verification)"
+    if settings.width < block_size:
+        raise DFlashConfigError(
+            f"{option}: --speculative-num-draft-tokens {settings.width} is below the drafter's block "
+            f"{block_size}; the drafter writes its whole block into the verify window. Raise N or set "
+            "--speculative-dflash-block-size"
+        )
+    refusals = {
+        "--device other than cpu": server_args.device != "cpu",  # custom-mask backends untested on GPU
+        "--tp-size > 1": server_args.tp_size > 1,
+        "--enable-dp-attention": server_args.enable_dp_attention,
+        "--speculative-draft-window-size": server_args.speculative_draft_window_size is not None,
+        "--disaggregation-mode": server_args.disaggregation_mode not in (None, "null"),
+        "a hybrid (recurrent-state) target": mambaish_config(model_runner.model_config) is not None,
+    }
+    for what, present in refusals.items():
+        if present:
+            raise DFlashConfigError(f"{option} with {what}: not supported yet; drop one of the two")
+
+
+def refuse_varying_widths(settings: TreeSettings, widths) -> None:
+    if widths.pattern or widths.adaptive:
+        raise DFlashConfigError(
+            f"--speculative-eagle-topk {settings.max_children} (DFLASH tree verification) with "
+            f"{WIDTHS_ENV} or {ADAPTIVE_ENV}: a tree verifies its N nodes every step; unset them"
+        )
+
+
+def draft_logprobs(hidden: torch.Tensor, lm_head_weight: torch.Tensor) -> torch.Tensor:
+    """[bs, L, H] drafter features -> [bs, L, V] log q, over the target's LM head (untempered)."""
+    return torch.log_softmax(torch.matmul(hidden, lm_head_weight.T).float(), dim=-1)
+
+
+def build_trees(settings: TreeSettings, verified: torch.Tensor, logprobs: torch.Tensor) -> BatchTree:
+    return build_batch_trees(verified, logprobs, settings.budget, settings.max_children)
+
+
+def tree_block(block_cls, tree: BatchTree, batch, req_to_token, translator, draft_translator, host_lens):
+    """The step's block for a tree: its N nodes in the N slots after each request's prefix."""
+    bs, n = tree.tokens.shape
+    positions = batch.seq_lens.unsqueeze(1) + torch.arange(n, device=tree.tokens.device)
+    cache_loc = req_to_token[batch.req_pool_indices.unsqueeze(1), positions].flatten()
+    kv_plan = translator.plan(
+        req_pool_indices=batch.req_pool_indices,
+        seq_lens=batch.seq_lens,
+        seq_lens_cpu=host_lens,
+        write_virtual=cache_loc,
+        read_extent=n,
+    )
+    draft_loc = kv_plan.write_ids(draft_translator).view(bs, n)
+    # `positions` are the chain's (what the commit injects at); the verify reads the tree's.
+    return block_cls(tree.tokens, positions.flatten(), cache_loc, kv_plan, draft_loc, tree)
+
+
+def verify_layout(tree: BatchTree, seq_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(positions [bs * N]: seq_len + depth, the ancestor mask in SGLang's QLEN_ONLY layout: per
+    request N x N allowed pairs among the nodes, concatenated; every node also sees the prefix)."""
+    return tree.positions(seq_lens).flatten(), tree.ancestor_mask().flatten()
+
+
+def predictions(logits: torch.Tensor, sampling_info, width: int, reqs) -> torch.Tensor:
+    """[bs, N] the target's token at every node: argmax, or one draw of its sampling law."""
+    if sampling_info is None or sampling_info.is_all_greedy:
+        return logits.argmax(-1).view(-1, width)
+    law = row_laws(logits, sampling_info, width, plan_for(sampling_info, logits.shape[-1], reqs))
+    rows = torch.arange(logits.shape[0], device=logits.device)
+    scaled = logits.float() / law.temperature.unsqueeze(-1)
+    probs = torch.softmax(law.log_prob(scaled, rows), dim=-1)
+    return torch.multinomial(probs, 1).view(-1, width)
+
+
+def accept(tree: BatchTree, target_tokens: torch.Tensor) -> tuple[Acceptance, torch.Tensor]:
+    """The walk: (the chain-layout acceptance, padded to [bs, N]; the row each front position
+    takes: the accepted path's nodes, then the rest in place)."""
+    walk = follow_batch(tree, target_tokens)
+    chain = path_tokens(tree, walk)
+    bs, n = target_tokens.shape
+    depth = walk.accept_index.shape[1]  # L + 1
+    front = torch.arange(n, device=target_tokens.device).expand(bs, n).clone()
+    front[:, :depth] = torch.where(walk.accept_index >= 0, walk.accept_index, front[:, :depth])
+    tokens = torch.nn.functional.pad(chain.tokens, (0, n - chain.tokens.shape[1]))
+    return Acceptance(chain.lengths, tokens), front
+
+
+def move_path_to_front(front: torch.Tensor, cache_loc: torch.Tensor, kv_pool, logits_output) -> None:
+    """Target KV, logits and captured features of the accepted path to the block's first rows."""
+    bs, n = front.shape
+    src = cache_loc.view(bs, n).gather(1, front).flatten()
+    kv_pool.move_kv_cache(cache_loc, src)  # gathers before it scatters: overlaps are safe
+    rows = (front + torch.arange(bs, device=front.device).unsqueeze(1) * n).flatten()
+    logits_output.next_token_logits = logits_output.next_token_logits.index_select(0, rows)
+    if logits_output.hidden_states is not None:
+        logits_output.hidden_states = logits_output.hidden_states.index_select(0, rows)

@@ -1,0 +1,104 @@
+"""Tree verification (`--speculative-eagle-topk K > 1`, tree_verify.py) in real SGLang servers on
+CPU (float32), on the hot tiny pair's block-8 drafter.
+
+Greedy: token-identical to the no-spec server, one at a time, 8 concurrently and on radix-cache
+hits, under the overlap worker (host-sync check on: the tree is built, walked and compacted on
+the device) at a budget of 2B (K 4, N 16) and under the plain worker at 4B with 16-token pages
+(K 8, N 32). Temperature 1: every token follows the target's law (sequential PIT with the T=0.6
+negative control), under both workers. Penalties and constrained output get a 400 naming the feature; a verify width
+below the drafter's block fails at startup naming both options.
+
+Servers: one per worker (the session's no-spec server is the reference), one refused; about 3
+minutes.
+"""
+
+from __future__ import annotations
+
+import urllib.error
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from dflash_sglang.testing.server import SGLangServer
+
+from .conftest import OVERLAP_CHECKED, PLAIN
+from .pairs import load, word_prompts
+from .sampling_law import assert_follows_target_law
+from .test_worker_startup import assert_startup_fails_naming
+
+MAX_NEW = 32
+TREES = {  # name: (env, topk K, verify width N, extra flags)
+    "overlap-2B": (OVERLAP_CHECKED, 4, 16, []),
+    "plain-4B-pages": (PLAIN, 8, 32, ["--page-size", "16"]),
+}
+
+
+def tree_args(pair, topk: int, width: int) -> list:
+    return ["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", pair.draft,
+            "--speculative-eagle-topk", topk, "--speculative-num-draft-tokens", width]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def prompt_ids(pair8):
+    return word_prompts(pair8)
+
+
+@pytest.fixture(scope="module")
+def expected(nospec8, prompt_ids):
+    return [out["output_ids"] for out in nospec8.generate(prompt_ids, MAX_NEW)]
+
+
+@pytest.fixture(scope="module", params=sorted(TREES))
+def tree_server(request, pair8):
+    env, topk, width, extra = TREES[request.param]
+    with SGLangServer(pair8.target, [*tree_args(pair8, topk, width), *extra], env=env) as server:
+        server.kind = request.param
+        yield server
+
+
+def test_the_log_says_a_tree_runs(tree_server):
+    log = tree_server.log_path.read_text()
+    assert "DFLASH tree verification" in log
+    assert "block size 8" in log  # the drafter's block, from its config: N is the verify width
+
+
+def test_greedy_equals_nospec_alone_concurrently_and_on_radix_hits(tree_server, prompt_ids, expected):
+    alone = [tree_server.generate(ids, MAX_NEW) for ids in prompt_ids]
+    assert [out["output_ids"] for out in alone] == expected
+    assert max(out["meta_info"]["spec_accept_length"] for out in alone) > 1  # paths were accepted
+    with ThreadPoolExecutor(len(prompt_ids)) as pool:  # every prompt is cached by now
+        together = list(pool.map(lambda ids: tree_server.generate(ids, MAX_NEW), prompt_ids))
+    assert [out["output_ids"] for out in together] == expected
+    assert together[-1]["meta_info"]["cached_tokens"] > 0  # the longest prompt: at least a page
+
+
+def test_sampling_follows_the_target_law(pair8, tree_server, prompt_ids):
+    """96 completions of 16 tokens at temperature 1: one target draw per node, the walk descends
+    while the draw is a child's token."""
+    params = {"temperature": 1.0, "max_new_tokens": 16, "ignore_eos": True}
+    body = {"input_ids": [prompt_ids[5]] * 96, "sampling_params": params}
+    sampled = tree_server.post("/generate", body)
+    assert any(out["meta_info"]["spec_accept_length"] > 1 for out in sampled)
+    _, target, _ = load(pair8.target, pair8.draft)
+    assert_follows_target_law(target, prompt_ids[5], [out["output_ids"] for out in sampled])
+
+
+@pytest.mark.parametrize(
+    "params,feature",
+    [({"frequency_penalty": 0.5}, "penalties"), ({"regex": "(ab)+"}, "constrained output")],
+    ids=["penalty", "regex"],
+)
+def test_chain_only_request_features_get_a_400_naming_them(tree_server, prompt_ids, params, feature):
+    body = {"input_ids": prompt_ids[0], "sampling_params": {"max_new_tokens": 4, **params}}
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        tree_server.post("/generate", body)
+    assert 400 <= refused.value.code < 500
+    message = refused.value.read().decode()
+    assert feature in message and "--speculative-eagle-topk" in message
+    assert tree_server.generate(prompt_ids[0], 4)["output_ids"]  # and the server serves on
+
+
+def test_a_verify_width_below_the_block_fails_at_startup(pair8):
+    args = tree_args(pair8, 4, 4)  # the drafter's block is 8
+    words = ["--speculative-eagle-topk 4", "--speculative-num-draft-tokens 4"]
+    assert_startup_fails_naming(pair8, args, words)
