@@ -4,9 +4,9 @@ CPU (float32), on the hot tiny pair's block-8 drafter.
 Greedy: token-identical to the no-spec server, one at a time, 8 concurrently and on radix-cache
 hits, under the overlap worker (host-sync check on: the tree is built, walked and compacted on
 the device) at a budget of 2B (K 4, N 16) and under the plain worker at 4B with 16-token pages
-(K 8, N 32). Temperature 1: every token follows the target's law (sequential PIT with the T=0.6
-negative control), under both workers. Penalties and constrained output get a 400 naming the feature; a verify width
-below the drafter's block fails at startup naming both options.
+(K 8, N 32). Temperature 1, under both workers: every token follows the target's law (sequential
+PIT with the T=0.6 negative control). Penalties and constrained output get a 400 naming the
+feature; a verify width below the drafter's block fails at startup naming both options.
 
 Servers: one per worker (the session's no-spec server is the reference), one refused; about 3
 minutes.
