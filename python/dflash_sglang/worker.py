@@ -4,9 +4,10 @@ One decode step, in three phases (`forward_batch_generation`):
 
     draft   block = [last verified token, mask x (B-1)] at positions seq_len .. seq_len+B-1,
             embedded with the target's embedding; one drafter forward (TARGET_VERIFY mode,
-            non-causal over the injected context); the target's LM head -> B-1 draft tokens
+            non-causal over the injected context); the target's LM head -> B-1 draft tokens,
+            or a tree of N nodes (drafting.py, tree_verify.py)
     verify  one target TARGET_VERIFY forward over the block, capturing the configured layers'
-            hidden states; acceptance (greedy, or lossless rejection sampling)
+            hidden states; acceptance (greedy, or lossless rejection sampling; a tree's walk)
     commit  publish the new lengths (`on_publish`), inject the committed positions' target
             features into the draft KV pool, hand the bonus token to the next step
 
@@ -23,14 +24,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import NamedTuple
 
 import torch
 from sglang.srt.managers.utils import GenerationBatchResult
 from sglang.srt.model_executor.forward_batch_info import (
     CaptureHiddenMode,
-    ForwardBatch,
-    ForwardMode,
     compute_position,
 )
 from sglang.srt.runtime_context import get_parallel, get_spec
@@ -40,41 +38,29 @@ from sglang.srt.speculative.draft_worker_common import (
     build_draft_tp_worker,
     make_draft_block_spec_info,
 )
-from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 from sglang.srt.utils import async_h2d
 
 from . import dp_attention, host_sync, tree_verify
 from .accept import Acceptance, greedy_accept
 from .config import DFlashConfigError
 from .draft_window import DraftWindow, allocate_window_pool, refuse_unsupported_setups
+from .drafting import Block, Drafting
 from .hybrid import RecurrentStateCommit
 from .penalties import PenaltyLedger, PenaltyParams
 from .request_outputs import attach_request_outputs
 from .sampled_verify import sampled_accept
-from .sampling import vocab_parallel_argmax
 from .sampling_prewarm import prewarm_sampled_verify
 from .spec_info import DFlashDraftState, host_read_bound
 from .streams import DrafterStream
 from .tp_agreement import TpAgreement, draft_scope
 from .tree_switches import tree_settings
 from .verify_logits import adjust_verify_logits, grammar_tree
-from .verify_width import VerifyWidth, narrow
+from .verify_width import VerifyWidth
 
 logger = logging.getLogger(__name__)
 
 
-class Block(NamedTuple):
-    """One step's draft block and where it lives."""
-
-    tokens: torch.Tensor  # [bs, B] verified token then the drafts
-    positions: torch.Tensor  # [bs * B]
-    cache_loc: torch.Tensor  # [bs * B] KV slots of the block (target pool ids)
-    kv_plan: object  # SGLang's KVLocPlan shared by the draft, the verify and the injection
-    draft_loc: torch.Tensor  # [bs, B] the block's slots in the draft pool (what injection writes)
-    tree: object = None  # a tree verify's BatchTree (tree_verify.py); None for a chain
-
-
-class DFlashWorker(BaseSpecWorker):
+class DFlashWorker(Drafting, BaseSpecWorker):
     schedule = "synchronous"  # which SGLang loop runs it; the overlap variant overrides
 
     def __init__(self, server_args, gpu_id: int, nccl_port: int, target_worker):
@@ -283,104 +269,7 @@ class DFlashWorker(BaseSpecWorker):
             new_seq_lens=state.new_seq_lens,
         )
 
-    # ---- draft -------------------------------------------------------------------------------
-
-    def draft(self, batch, state, width: int) -> Block:
-        with self.drafter.run():
-            return self.draft_on_drafter_stream(batch, state, width)
-
-    def draft_on_drafter_stream(self, batch, state, width: int) -> Block:
-        """Draft the whole block (nothing at width 1); the verify takes the first `width` positions."""
-        bs, seq_lens = len(batch.seq_lens), batch.seq_lens
-        size = self.block_size if width > 1 or self.window is not None else 1
-        positions = seq_lens.unsqueeze(1) + self.block_offsets[:size]  # [bs, size]
-        req_to_token = self.model_runner.req_to_token_pool.req_to_token
-        cache_loc = req_to_token[batch.req_pool_indices.unsqueeze(1), positions].flatten()
-        block_ids = torch.full((bs, size), self.mask_token_id, dtype=torch.int64, device=self.device)
-        block_ids[:, 0] = state.bonus_tokens
-        host_lens = batch.seq_lens_cpu if batch.seq_lens_cpu is not None else state.nxt_kv_lens_cpu
-        kv_plan = self.model_runner.kv_index_translator.plan(
-            req_pool_indices=batch.req_pool_indices,
-            seq_lens=seq_lens,
-            seq_lens_cpu=host_lens,
-            write_virtual=cache_loc,
-            read_extent=size,
-        )
-        draft_loc = None  # where the block's injected KV goes: the target's slots, or the ring's
-        if size > 1:
-            hidden, draft_loc = self.run_drafter(batch, state, block_ids, positions, cache_loc, kv_plan)
-            if self.tree is not None:
-                return self.tree_block(batch, state.bonus_tokens, hidden, host_lens)
-            block_ids[:, 1:] = self.argmax_drafts(hidden).view(bs, size - 1)
-        if draft_loc is None:
-            draft_loc = kv_plan.write_ids(self.draft_runner.kv_index_translator).view(bs, size)
-        block = Block(block_ids, positions.flatten(), cache_loc, kv_plan, draft_loc)
-        return narrow(block, width, batch, self.model_runner.kv_index_translator, host_lens)
-
-    def run_drafter(self, batch, state, block_ids, positions, cache_loc, kv_plan):
-        """One drafter forward over [verified token, mask x (B-1)], non-causal over the injected
-        context: the B-1 mask positions' features [bs, B-1, H], and the block's slots in the
-        drafter's ring when there is one."""
-        bs, size = block_ids.shape
-        bound_cpu = host_read_bound(batch, state, size)
-        seq_lens = batch.seq_lens
-        draft_lens, draft_loc, draft_plan = seq_lens, None, kv_plan
-        if self.window is not None:  # the drafter reads its own short rows (draft_window.py)
-            draft_lens = self.window.visible_lens(batch.req_pool_indices, seq_lens)
-            self.window.write_rows(
-                self.draft_runner.req_to_token_pool.req_to_token, batch.req_pool_indices, seq_lens, draft_lens
-            )
-            draft_loc = self.window.slots(batch.req_pool_indices, positions)
-            bound_cpu = torch.clamp(bound_cpu, max=self.window_size)
-            draft_plan = self.draft_runner.kv_index_translator.plan(
-                req_pool_indices=batch.req_pool_indices,
-                seq_lens=draft_lens,
-                seq_lens_cpu=bound_cpu,
-                write_virtual=draft_loc.flatten(),
-                read_extent=size,
-            )
-        forward_batch = ForwardBatch(
-            forward_mode=ForwardMode.TARGET_VERIFY,
-            batch_size=bs,
-            input_ids=block_ids.flatten(),
-            req_pool_indices=batch.req_pool_indices,
-            seq_lens=draft_lens,
-            out_cache_loc=cache_loc if draft_loc is None else draft_loc.flatten(),
-            seq_lens_sum=int(bound_cpu.sum()),
-            seq_lens_cpu=bound_cpu,
-            positions=positions.flatten(),
-            input_embeds=self.target_embedding(block_ids).flatten(0, 1),
-            spec_algorithm=SpeculativeAlgorithm.DFLASH,
-            spec_info=self.draft_block_info,
-            capture_hidden_mode=CaptureHiddenMode.NULL,
-            global_num_token_non_padded_cpu=bs * size,
-            can_run_decode_cuda_graph=False,
-        )
-        draft_plan.bind(forward_batch, self.draft_runner.kv_index_translator)
-        with torch.inference_mode():
-            hidden = self.draft_runner.forward(forward_batch).logits_output.hidden_states
-        return hidden.view(bs, size, -1)[:, 1:], draft_loc
-
-    def argmax_drafts(self, hidden: torch.Tensor) -> torch.Tensor:
-        lm_head = self.target_model.lm_head  # vocab-parallel over its own group (attention TP under DP)
-        return vocab_parallel_argmax(
-            hidden.flatten(0, 1), lm_head, getattr(lm_head, "tp_group", get_parallel().tp_group)
-        )
-
-    def tree_block(self, batch, verified, hidden, host_lens) -> Block:
-        vocab = self.model_runner.model_config.vocab_size
-        logprobs = tree_verify.draft_logprobs(hidden, self.target_model.lm_head.weight[:vocab])
-        tree = tree_verify.build_trees(self.tree, verified, logprobs)
-        translators = (self.model_runner.kv_index_translator, self.draft_runner.kv_index_translator)
-        req_to_token = self.model_runner.req_to_token_pool.req_to_token
-        return tree_verify.tree_block(Block, tree, batch, req_to_token, *translators, host_lens)
-
-    @property
-    def target_model(self):
-        return self.model_runner.model
-
-    def target_embedding(self, ids: torch.Tensor) -> torch.Tensor:
-        return self.target_model.get_input_embeddings()(ids)
+    # ---- draft: drafting.py (the Drafting mixin) ----------------------------------------------
 
     # ---- verify ------------------------------------------------------------------------------
 
