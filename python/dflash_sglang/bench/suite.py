@@ -9,7 +9,9 @@ at block sizes 4 and 16 (the pair's drafter is trained at 8: acceptance per bloc
 `tiny-cpu.{md,json}` and PNGs into --out, and the same tables between the `make bench` markers of
 --docs (docs/benchmarks.md). Then the same at `--tp-size 2` (two ranks over gloo, one core each):
 no speculation, our overlap worker and SGLang's built-in, into `tiny-cpu-tp2.*` and the
-`make bench tp2` markers. A server that fails to start is reported as such; the others run.
+`make bench tp2` markers. Then trees (`--speculative-eagle-topk`) against the chain and no
+speculation, into `tiny-cpu-tree.*` and the `make bench tree` markers. A server that fails to
+start is reported as such; the others run.
 """
 
 from __future__ import annotations
@@ -72,9 +74,31 @@ TP2_VARIANTS = [
     ),
 ]  # fmt: skip
 
+# Tree verification (docs/tree.md): the chain against trees of 2B, 4B and 8B nodes, overlap worker.
+OVERLAP = {"SGLANG_ENABLE_SPEC_V2": "1"}
+
+
+def tree_variant(topk: int, width: int) -> Variant:
+    notes = f"our worker, SGLANG_ENABLE_SPEC_V2=1, --speculative-eagle-topk {topk} "
+    notes += f"--speculative-num-draft-tokens {width}"
+    args = ("--speculative-eagle-topk", str(topk), "--speculative-num-draft-tokens", str(width))
+    return Variant(f"tree k{topk} n{width}", True, OVERLAP, notes, args=args)
+
+
+TREE_VARIANTS = [
+    Variant("no-spec", False, notes="plain decoding (the baseline)"),
+    Variant("chain", True, OVERLAP, "our worker, SGLANG_ENABLE_SPEC_V2=1 (the drafter's block, 8)"),
+    tree_variant(4, 16),
+    tree_variant(8, 32),
+    tree_variant(8, 64),
+]
+
 # Output name -> its variants (the first is the baseline) and its markers in docs/benchmarks.md.
-RUNS = {"tiny-cpu": VARIANTS, "tiny-cpu-tp2": TP2_VARIANTS}
-MARKERS = {"tiny-cpu": "make bench", "tiny-cpu-tp2": "make bench tp2", "adaptive-cpu": "make bench adaptive"}
+RUNS = {"tiny-cpu": VARIANTS, "tiny-cpu-tp2": TP2_VARIANTS, "tiny-cpu-tree": TREE_VARIANTS}
+MARKERS = {
+    "tiny-cpu": "make bench", "tiny-cpu-tp2": "make bench tp2", "tiny-cpu-tree": "make bench tree",
+    "adaptive-cpu": "make bench adaptive",
+}  # fmt: skip
 
 
 def resolve_pair(pair: Path) -> tuple[Path, str]:

@@ -1,0 +1,134 @@
+"""Drafting, the first phase of a DFlash decode step (worker.py runs the step).
+
+The block [last verified token, mask x (B-1)] sits at positions seq_len .. seq_len+B-1; one drafter
+forward (TARGET_VERIFY mode, non-causal over the target features injected into the draft KV) gives
+features at the B-1 mask positions, and the target's LM head turns them into the drafts: their
+argmax chain, or a tree of the most probable prefixes (tree_verify.py). The verify then reads the
+block's first `width` positions (verify_width.py) or the tree's N nodes.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardBatch, ForwardMode
+from sglang.srt.runtime_context import get_parallel
+from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+from . import tree_verify
+from .sampling import vocab_parallel_argmax
+from .spec_info import host_read_bound
+from .verify_width import narrow
+
+
+class Block(NamedTuple):
+    """One step's draft block and where it lives."""
+
+    tokens: torch.Tensor  # [bs, B] verified token then the drafts
+    positions: torch.Tensor  # [bs * B]
+    cache_loc: torch.Tensor  # [bs * B] KV slots of the block (target pool ids)
+    kv_plan: object  # SGLang's KVLocPlan shared by the draft, the verify and the injection
+    draft_loc: torch.Tensor  # [bs, B] the block's slots in the draft pool (what injection writes)
+    tree: object = None  # a tree verify's BatchTree (tree_verify.py); None for a chain
+
+
+class Drafting:
+    """The drafting half of DFlashWorker (a mixin: it reads the worker's runners and settings)."""
+
+    def draft(self, batch, state, width: int) -> Block:
+        with self.drafter.run():
+            return self.draft_on_drafter_stream(batch, state, width)
+
+    def draft_on_drafter_stream(self, batch, state, width: int) -> Block:
+        """Draft the whole block (nothing at width 1); the verify takes the first `width` positions."""
+        bs, seq_lens = len(batch.seq_lens), batch.seq_lens
+        size = self.block_size if width > 1 or self.window is not None else 1
+        positions = seq_lens.unsqueeze(1) + self.block_offsets[:size]  # [bs, size]
+        req_to_token = self.model_runner.req_to_token_pool.req_to_token
+        cache_loc = req_to_token[batch.req_pool_indices.unsqueeze(1), positions].flatten()
+        block_ids = torch.full((bs, size), self.mask_token_id, dtype=torch.int64, device=self.device)
+        block_ids[:, 0] = state.bonus_tokens
+        host_lens = batch.seq_lens_cpu if batch.seq_lens_cpu is not None else state.nxt_kv_lens_cpu
+        kv_plan = self.model_runner.kv_index_translator.plan(
+            req_pool_indices=batch.req_pool_indices,
+            seq_lens=seq_lens,
+            seq_lens_cpu=host_lens,
+            write_virtual=cache_loc,
+            read_extent=size,
+        )
+        draft_loc = None  # where the block's injected KV goes: the target's slots, or the ring's
+        if size > 1:
+            hidden, draft_loc = self.run_drafter(batch, state, block_ids, positions, cache_loc, kv_plan)
+            if self.tree is not None:
+                return self.tree_block(batch, state.bonus_tokens, hidden, host_lens)
+            block_ids[:, 1:] = self.argmax_drafts(hidden).view(bs, size - 1)
+        if draft_loc is None:
+            draft_loc = kv_plan.write_ids(self.draft_runner.kv_index_translator).view(bs, size)
+        block = Block(block_ids, positions.flatten(), cache_loc, kv_plan, draft_loc)
+        return narrow(block, width, batch, self.model_runner.kv_index_translator, host_lens)
+
+    def run_drafter(self, batch, state, block_ids, positions, cache_loc, kv_plan):
+        """One drafter forward over [verified token, mask x (B-1)], non-causal over the injected
+        context: the B-1 mask positions' features [bs, B-1, H], and the block's slots in the
+        drafter's ring when there is one."""
+        bs, size = block_ids.shape
+        bound_cpu = host_read_bound(batch, state, size)
+        seq_lens = batch.seq_lens
+        draft_lens, draft_loc, draft_plan = seq_lens, None, kv_plan
+        if self.window is not None:  # the drafter reads its own short rows (draft_window.py)
+            draft_lens = self.window.visible_lens(batch.req_pool_indices, seq_lens)
+            self.window.write_rows(
+                self.draft_runner.req_to_token_pool.req_to_token, batch.req_pool_indices, seq_lens, draft_lens
+            )
+            draft_loc = self.window.slots(batch.req_pool_indices, positions)
+            bound_cpu = torch.clamp(bound_cpu, max=self.window_size)
+            draft_plan = self.draft_runner.kv_index_translator.plan(
+                req_pool_indices=batch.req_pool_indices,
+                seq_lens=draft_lens,
+                seq_lens_cpu=bound_cpu,
+                write_virtual=draft_loc.flatten(),
+                read_extent=size,
+            )
+        forward_batch = ForwardBatch(
+            forward_mode=ForwardMode.TARGET_VERIFY,
+            batch_size=bs,
+            input_ids=block_ids.flatten(),
+            req_pool_indices=batch.req_pool_indices,
+            seq_lens=draft_lens,
+            out_cache_loc=cache_loc if draft_loc is None else draft_loc.flatten(),
+            seq_lens_sum=int(bound_cpu.sum()),
+            seq_lens_cpu=bound_cpu,
+            positions=positions.flatten(),
+            input_embeds=self.target_embedding(block_ids).flatten(0, 1),
+            spec_algorithm=SpeculativeAlgorithm.DFLASH,
+            spec_info=self.draft_block_info,
+            capture_hidden_mode=CaptureHiddenMode.NULL,
+            global_num_token_non_padded_cpu=bs * size,
+            can_run_decode_cuda_graph=False,
+        )
+        draft_plan.bind(forward_batch, self.draft_runner.kv_index_translator)
+        with torch.inference_mode():
+            hidden = self.draft_runner.forward(forward_batch).logits_output.hidden_states
+        return hidden.view(bs, size, -1)[:, 1:], draft_loc
+
+    def argmax_drafts(self, hidden: torch.Tensor) -> torch.Tensor:
+        lm_head = self.target_model.lm_head  # vocab-parallel over its own group (attention TP under DP)
+        return vocab_parallel_argmax(
+            hidden.flatten(0, 1), lm_head, getattr(lm_head, "tp_group", get_parallel().tp_group)
+        )
+
+    def tree_block(self, batch, verified, hidden, host_lens) -> Block:
+        vocab = self.model_runner.model_config.vocab_size
+        logprobs = tree_verify.draft_logprobs(hidden, self.target_model.lm_head.weight[:vocab])
+        tree = tree_verify.build_trees(self.tree, verified, logprobs)
+        translators = (self.model_runner.kv_index_translator, self.draft_runner.kv_index_translator)
+        req_to_token = self.model_runner.req_to_token_pool.req_to_token
+        return tree_verify.tree_block(Block, tree, batch, req_to_token, *translators, host_lens)
+
+    @property
+    def target_model(self):
+        return self.model_runner.model
+
+    def target_embedding(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.target_model.get_input_embeddings()(ids)
