@@ -1,0 +1,93 @@
+"""The worker's tree step pieces (tree_verify.py) on CPU: the walk in the chain's layout, and the
+move of the accepted path's KV, logits and features to the front of the block, in a real SGLang KV
+pool (the native move the CPU layer selects)."""
+
+from types import SimpleNamespace
+
+import torch
+from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool
+
+import dflash_sglang.cpu  # noqa: F401  (the CPU pool's native KV move)
+from dflash_sglang import tree
+from dflash_sglang.cpu.kv_pool import native_kv_move_on_cpu
+from dflash_sglang.tree_batch import build_batch_trees
+from dflash_sglang.tree_verify import accept, move_path_to_front, predictions
+
+BS, DEPTH, VOCAB, BUDGET, K = 3, 5, 12, 9, 3
+N = BUDGET + 1
+
+
+def random_trees(seed: int):
+    g = torch.Generator().manual_seed(seed)
+    logprobs = torch.log_softmax(torch.randn(BS, DEPTH, VOCAB, generator=g) * 2, -1)
+    roots = torch.randint(VOCAB, (BS,), generator=g)
+    return build_batch_trees(roots, logprobs, BUDGET, K), g
+
+
+def deep_predictions(batch_tree, g):
+    """Target tokens that follow some random root path of each tree, then disagree."""
+    preds = torch.randint(VOCAB, (BS, N), generator=g)
+    for i in range(BS):
+        one = batch_tree.unbatch(i)
+        node = int(torch.randint(N, (1,), generator=g))
+        path = one.root_path(node)
+        for parent, child in zip(path, path[1:], strict=False):
+            preds[i, parent] = one.tokens[child]
+    return preds
+
+
+def test_accept_emits_the_walk_in_the_chain_layout():
+    for seed in range(5):
+        batch_tree, g = random_trees(seed)
+        preds = deep_predictions(batch_tree, g)
+        accepted, front = accept(batch_tree, preds)
+        assert accepted.tokens.shape == (BS, N)
+        for i in range(BS):
+            one = batch_tree.unbatch(i)
+            path, bonus = tree.walk_greedy(one, preds[i])
+            length = int(accepted.lengths[i])
+            assert length == len(path)
+            assert accepted.tokens[i, :length].tolist() == [*one.tokens[path[1:]].tolist(), bonus]
+            assert front[i, :length].tolist() == path
+            assert front[i, length:].tolist() == list(range(length, N))  # past the path: in place
+
+
+def test_moving_the_path_to_the_front_moves_its_kv_logits_and_features():
+    batch_tree, g = random_trees(7)
+    accepted, front = accept(batch_tree, deep_predictions(batch_tree, g))
+    pool = MHATokenToKVPool(
+        size=64, page_size=1, dtype=torch.float32, head_num=2, head_dim=4, layer_num=2,
+        device="cpu", enable_memory_saver=False,
+    )  # fmt: skip
+    native_kv_move_on_cpu(lambda *a, **k: None, pool)
+    for buffer in (*pool.k_buffer, *pool.v_buffer):
+        buffer.copy_(torch.randn(buffer.shape, generator=g))
+    k_before = [b.clone() for b in pool.k_buffer]
+    v_before = [b.clone() for b in pool.v_buffer]
+    cache_loc = (torch.randperm(63, generator=g)[: BS * N] + 1).long()  # scattered slots
+    out = SimpleNamespace(
+        next_token_logits=torch.randn(BS * N, VOCAB, generator=g),
+        hidden_states=torch.randn(BS * N, 6, generator=g),
+    )
+    logits, hidden = out.next_token_logits.clone(), out.hidden_states.clone()
+    move_path_to_front(front, cache_loc, pool, out)
+    slots = cache_loc.view(BS, N)
+    for i in range(BS):
+        for j in range(int(accepted.lengths[i])):
+            src_node = int(front[i, j])
+            for layer in range(2):
+                torch.testing.assert_close(
+                    pool.k_buffer[layer][slots[i, j]], k_before[layer][slots[i, src_node]]
+                )
+                torch.testing.assert_close(
+                    pool.v_buffer[layer][slots[i, j]], v_before[layer][slots[i, src_node]]
+                )
+            torch.testing.assert_close(out.next_token_logits[i * N + j], logits[i * N + src_node])
+            torch.testing.assert_close(out.hidden_states[i * N + j], hidden[i * N + src_node])
+
+
+def test_greedy_predictions_are_the_argmax_per_node():
+    logits = torch.randn(BS * N, VOCAB)
+    greedy = SimpleNamespace(is_all_greedy=True)
+    assert torch.equal(predictions(logits, greedy, N, None), logits.argmax(-1).view(BS, N))
+    assert torch.equal(predictions(logits, None, N, None), logits.argmax(-1).view(BS, N))
