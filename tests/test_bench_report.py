@@ -98,3 +98,13 @@ def test_write_outputs_writes_parseable_files(run, tmp_path):
     for name in pngs:
         assert f"![{name}]({name})" in markdown
         assert matplotlib.image.imread(written[name]).shape[0] > 100
+
+
+def test_model_paths_under_the_working_directory_are_reported_relative(tmp_path, monkeypatch):
+    from dflash_sglang.bench.server_info import relative
+
+    monkeypatch.chdir(tmp_path)
+    assert relative(str(tmp_path / "pair" / "target")) == "pair/target"
+    assert relative("/elsewhere/target") == "/elsewhere/target"
+    assert relative("Qwen/Qwen3-8B") == "Qwen/Qwen3-8B"  # a hub id stays as given
+    assert relative(None) is None

@@ -4,6 +4,7 @@ and a radix-cache flush (so a level never reuses the prompts' KV from the level 
 from __future__ import annotations
 
 import json
+import os
 import urllib.error
 import urllib.request
 
@@ -30,7 +31,7 @@ def describe(url: str, label: str, model: str | None = None, notes: str = "") ->
         models = get_json(f"{url}/v1/models")["data"]
     except (urllib.error.URLError, OSError, KeyError, ValueError) as error:
         raise ServerUnreachable(f"no OpenAI-compatible server at {url} ({error})") from error
-    run = ServerRun(label=label, url=url, model=model or models[0]["id"], notes=notes)
+    run = ServerRun(label=label, url=url, model=relative(model or models[0]["id"]), notes=notes)
     try:
         info = get_json(f"{url}/server_info")
     except (urllib.error.URLError, OSError, ValueError):
@@ -38,8 +39,20 @@ def describe(url: str, label: str, model: str | None = None, notes: str = "") ->
     run.algorithm = info.get("speculative_algorithm")
     if run.algorithm:
         run.block_size = info.get("speculative_num_draft_tokens")
-        run.draft_model = info.get("speculative_draft_model_path")
+        run.draft_model = relative(info.get("speculative_draft_model_path"))
     return run
+
+
+def relative(path: str | None) -> str | None:
+    """A model path under the working directory (the repository, for `make bench`) as a relative
+    one, so reports do not carry the paths of the machine that ran them; anything else as given."""
+    if not path or not os.path.isabs(path):
+        return path
+    try:
+        inside = os.path.relpath(path)
+    except ValueError:  # another drive
+        return path
+    return path if inside.startswith("..") else inside
 
 
 def flush_cache(url: str) -> bool:
