@@ -6,9 +6,10 @@ hits, under the overlap worker (host-sync check on: the tree is built, walked an
 the device) at a budget of 2B (K 4, N 16) and under the plain worker at 4B with 16-token pages
 (K 8, N 32). Temperature 1, under both workers: every token follows the target's law (sequential
 PIT with the T=0.6 negative control). Penalties and constrained output get a 400 naming the
-feature; a verify width below the drafter's block fails at startup naming both options.
+feature; a verify width below the drafter's block, and a hybrid target, fail at startup naming
+the switch.
 
-Servers: one per worker (the session's no-spec server is the reference), one refused; about 3
+Servers: one per worker (the session's no-spec server is the reference), two refused; about 4
 minutes.
 """
 
@@ -21,6 +22,7 @@ import pytest
 
 from dflash_sglang.testing.server import SGLangServer
 
+from . import hybrid
 from .conftest import OVERLAP_CHECKED, PLAIN
 from .pairs import load, word_prompts
 from .sampling_law import assert_follows_target_law
@@ -102,3 +104,10 @@ def test_a_verify_width_below_the_block_fails_at_startup(pair8):
     args = tree_args(pair8, 4, 4)  # the drafter's block is 8
     words = ["--speculative-eagle-topk 4", "--speculative-num-draft-tokens 4"]
     assert_startup_fails_naming(pair8, args, words)
+
+
+def test_a_hybrid_target_fails_at_startup_naming_the_switch(tmp_path):
+    """The recurrent state would have to follow the tree's parent pointers: not built yet."""
+    pair = hybrid.make_hybrid_pair(tmp_path)
+    args = [*hybrid.HYBRID_ARGS, *hybrid.NO_BUFFER, *tree_args(pair, 4, 16)]
+    assert_startup_fails_naming(pair, args, ["--speculative-eagle-topk 4", "hybrid"])
