@@ -36,6 +36,8 @@ SIGNATURES = {
         "(self, forward_batch: 'ForwardBatch', pp_proxy_tensors) -> 'dict'",
     "sglang.srt.layers.attention.torch_native_backend.TorchNativeAttnBackend.forward_extend":
         "(self, q, k, v, layer: 'RadixAttention', forward_batch: 'ForwardBatch', save_kv_cache=True)",
+    "sglang.srt.layers.attention.torch_native_backend.TorchNativeAttnBackend.forward_decode":
+        "(self, q, k, v, layer: 'RadixAttention', forward_batch: 'ForwardBatch', save_kv_cache=True)",
     # Hybrid (Gated DeltaNet) targets.
     "sglang.srt.arg_groups.mamba_hook.validate_mamba_extra_buffer":
         "(view, hf_config: 'Any', *, mamba_cache_chunk_size_of)",
@@ -153,6 +155,8 @@ RELIED_ON = [
     ("sglang.srt.mem_cache.memory_pool", ["move_kv_cache_native", "KVWriteLoc"]),
     ("sglang.srt.arg_groups.overrides",
      ["declare_resolution", "resolving_view", "resolved_view", "attention_backends_of"]),
+    # Sliding layers of a hybrid SWA pool are read through its slot translation (cpu/attention.py).
+    ("sglang.srt.mem_cache.swa_memory_pool.SWAKVPool", ["translate_loc_from_full_to_swa", "get_key_buffer"]),
     ("sglang.srt.runtime_context", ["attention_backends", "get_device", "get_spec"]),
     ("sglang.srt.layers.radix_attention.AttentionType", ["ENCODER_ONLY", "DECODER"]),
     ("sglang.srt.model_executor.forward_batch_info.ForwardMode", ["TARGET_VERIFY", "is_target_verify"]),
