@@ -36,6 +36,13 @@ SIGNATURES = {
         "(self, forward_batch: 'ForwardBatch', pp_proxy_tensors) -> 'dict'",
     "sglang.srt.layers.attention.torch_native_backend.TorchNativeAttnBackend.forward_extend":
         "(self, q, k, v, layer: 'RadixAttention', forward_batch: 'ForwardBatch', save_kv_cache=True)",
+    "sglang.srt.layers.attention.torch_native_backend.TorchNativeAttnBackend.forward_decode":
+        "(self, q, k, v, layer: 'RadixAttention', forward_batch: 'ForwardBatch', save_kv_cache=True)",
+    # gpt-oss on a cpu server.
+    "sglang.srt.arg_groups.model_hook.handle_model_specific_adjustments":
+        "(server_args: 'Any')",
+    "sglang.srt.utils.common.is_triton_kernels_available":
+        "() -> 'bool'",
     # Hybrid (Gated DeltaNet) targets.
     "sglang.srt.arg_groups.mamba_hook.validate_mamba_extra_buffer":
         "(view, hf_config: 'Any', *, mamba_cache_chunk_size_of)",
@@ -152,7 +159,10 @@ RELIED_ON = [
     ("sglang.srt.mem_cache.memory_pool.MHATokenToKVPool", ["move_kv_cache", "_move_kv_cache_impl"]),
     ("sglang.srt.mem_cache.memory_pool", ["move_kv_cache_native", "KVWriteLoc"]),
     ("sglang.srt.arg_groups.overrides",
-     ["declare_resolution", "resolving_view", "resolved_view", "attention_backends_of"]),
+     ["declare_resolution", "resolving_view", "resolved_view", "attention_backends_of", "model_config_of"]),
+    ("sglang.srt.connector", ["ConnectorType", "parse_connector_type"]),
+    # Sliding layers of a hybrid SWA pool are read through its slot translation (cpu/attention.py).
+    ("sglang.srt.mem_cache.swa_memory_pool.SWAKVPool", ["translate_loc_from_full_to_swa", "get_key_buffer"]),
     ("sglang.srt.runtime_context", ["attention_backends", "get_device", "get_spec"]),
     ("sglang.srt.layers.radix_attention.AttentionType", ["ENCODER_ONLY", "DECODER"]),
     ("sglang.srt.model_executor.forward_batch_info.ForwardMode", ["TARGET_VERIFY", "is_target_verify"]),

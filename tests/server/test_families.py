@@ -1,17 +1,20 @@
-"""Target families beyond dense Qwen3 (testing/tiny_families.py: Llama, Qwen3-MoE), each in the
-model class its real checkpoint loads, in real SGLang servers on CPU (float32): our overlap worker
-(block 4, host-sync check on) equals a no-spec server of the same target token for token, one at a
-time, concurrently, and on radix-cache hits, and its drafts are accepted. On the MoE target the
-routed experts (`--enable-return-routed-experts`, `return_routed_experts`) of every prompt and
-generated token equal the no-spec server's: the verify forward passes them through. The hybrid MoE
-family (Qwen3_5MoeForCausalLM: Gated DeltaNet + attention, experts with a gated shared expert)
-equals transformers' greedy decoding, one at a time and concurrently."""
+"""Target families beyond dense Qwen3 (testing/tiny_families.py: Llama, Qwen3-MoE, gpt-oss), each
+in the model class its real checkpoint loads, in real SGLang servers on CPU (float32): the no-spec
+server equals transformers' greedy decoding of the target, and our overlap worker (block 4,
+host-sync check on) equals that no-spec server token for token, one at a time, concurrently, and on
+radix-cache hits, and its drafts are accepted. gpt-oss runs with SGLang's defaults for it (hybrid
+SWA pool and radix cache) and the CPU layer's attention sinks. On the MoE targets the routed
+experts (`--enable-return-routed-experts`, `return_routed_experts`) of every prompt and generated
+token equal the no-spec server's: the verify forward passes them through. The hybrid MoE family
+(Qwen3_5MoeForCausalLM: Gated DeltaNet + attention, experts with a gated shared expert) equals
+transformers' greedy decoding, one at a time and concurrently."""
 
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+import torch
 
 from dflash_sglang.testing.server import SGLangServer
 from dflash_sglang.testing.tiny_families import FAMILIES, write_tiny_family_pair
@@ -22,8 +25,16 @@ from .conftest import OVERLAP_CHECKED, dflash_args
 from .pairs import HOT_SHAPE, chat_prompts, load
 
 MAX_NEW = 32
-ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM"}
-EXTRA_FLAGS = {"llama": [], "qwen3_moe": ["--enable-return-routed-experts"]}
+ARCHITECTURES = {
+    "llama": "LlamaForCausalLM",
+    "qwen3_moe": "Qwen3MoeForCausalLM",
+    "gpt_oss": "GptOssForCausalLM",
+}
+EXTRA_FLAGS = {
+    "llama": [],
+    "qwen3_moe": ["--enable-return-routed-experts"],
+    "gpt_oss": ["--enable-return-routed-experts"],
+}
 
 
 def routed_experts(server, prompts) -> list[str]:
@@ -47,18 +58,36 @@ def family(request, tmp_path_factory):
     with SGLangServer(pair.target, [*dflash_args(pair, 4), *flags], env=OVERLAP_CHECKED) as server:
         if flags:  # before the other tests: no radix hits, so every token's routing is computed here
             assert routed_experts(server, prompts[:3]) == want_routed, "routed experts differ from no-spec"
-        yield request.param, server, prompts, want
+        yield request.param, server, prompts, want, pair
+
+
+@torch.no_grad()
+def transformers_greedy(target, input_ids: list[int], eos_token_id: int) -> list[int]:
+    """The target's own decoding through its KV cache, up to MAX_NEW tokens or EOS (included)."""
+    out = target(torch.tensor([input_ids]), use_cache=True)
+    tokens = []
+    while len(tokens) < MAX_NEW and (not tokens or tokens[-1] != eos_token_id):
+        tokens.append(int(out.logits[0, -1].argmax()))
+        out = target(torch.tensor([tokens[-1:]]), past_key_values=out.past_key_values, use_cache=True)
+    return tokens
+
+
+def test_nospec_server_equals_transformers(family):
+    """SGLang's model class and the CPU layer's stand-ins compute what transformers does."""
+    _, _, prompts, want, pair = family
+    tokenizer, target, _ = load(pair.target, pair.draft)
+    assert [transformers_greedy(target, ids, tokenizer.eos_token_id) for ids in prompts] == want
 
 
 def test_the_real_model_class_runs(family):
-    name, server, _, _ = family
+    name, server, _, _, _ = family
     log = server.log_path.read_text()
     assert ARCHITECTURES[name] in log
     assert "DFLASH served by dflash_sglang.overlap.DFlashOverlapWorker" in log
 
 
 def test_alone_concurrent_and_radix_hits_equal_nospec(family):
-    _, server, prompts, want = family
+    _, server, prompts, want, _ = family
     alone = [server.generate(ids, MAX_NEW) for ids in prompts]
     assert [out["output_ids"] for out in alone] == want
     assert max(out["meta_info"]["spec_accept_length"] for out in alone) > 1  # drafts were accepted

@@ -1,13 +1,22 @@
-"""TARGET_VERIFY attention for SGLang's torch_native backend (CPU).
+"""SGLang's torch_native attention backend on CPU: TARGET_VERIFY, and attention sinks.
 
-DFLASH runs two forwards in `ForwardMode.TARGET_VERIFY`: the draft block (non-causal for
-`AttentionType.ENCODER_ONLY` layers, causal within a window for sliding draft layers) and the
-target's verify of that block (causal). `TorchNativeAttnBackend.forward_extend` has no such mode:
-it expects `extend_prefix_lens`/`extend_seq_lens`, which a verify batch does not carry.
-
-In TARGET_VERIFY each request has `seq_lens[i]` committed tokens in its KV and `n` query tokens
-(the block) at positions `seq_lens[i] .. seq_lens[i] + n - 1`; their KV slots are
+TARGET_VERIFY. DFLASH runs two forwards in `ForwardMode.TARGET_VERIFY`: the draft block
+(non-causal for `AttentionType.ENCODER_ONLY` layers, causal within a window for sliding draft
+layers) and the target's verify of that block (causal). `TorchNativeAttnBackend.forward_extend`
+has no such mode: it expects `extend_prefix_lens`/`extend_seq_lens`, which a verify batch does not
+carry. In TARGET_VERIFY each request has `seq_lens[i]` committed tokens in its KV and `n` query
+tokens (the block) at positions `seq_lens[i] .. seq_lens[i] + n - 1`; their KV slots are
 `out_cache_loc[i*n:(i+1)*n]`, also written to `req_to_token[row, seq_lens[i]:seq_lens[i] + n]`.
+
+Attention sinks (gpt-oss: `GptOssAttention` passes `sinks=`, one learned logit per query head).
+torch_native's `forward_extend`/`forward_decode` take no `sinks` argument. A sink is one more
+logit in each head's softmax that takes probability mass and contributes no value:
+p_j = exp(s_j) / (exp(sink) + sum_k exp(s_k)), out = sum_j p_j v_j. For CPU tensors these hooks
+compute it in extend, decode and verify, with torch_native's masks (causal, sliding window).
+
+With a hybrid SWA pool (`SWAKVPool`, SGLang's default for gpt-oss), the sliding layers' KV lives
+in a pool of its own, addressed by `translate_loc_from_full_to_swa` of the request's slots; the
+stand-ins read it there (torch_native's own read path indexes it with full-pool slots).
 """
 
 from __future__ import annotations
@@ -18,6 +27,7 @@ from torch.nn.functional import scaled_dot_product_attention
 from ..model import block_visibility as model_block_visibility
 
 TARGET = "sglang.srt.layers.attention.torch_native_backend.TorchNativeAttnBackend.forward_extend"
+DECODE_TARGET = "sglang.srt.layers.attention.torch_native_backend.TorchNativeAttnBackend.forward_decode"
 
 
 def block_visibility(prefix_len: int, block_len: int, causal: bool, window: int | None) -> torch.Tensor:
@@ -32,6 +42,78 @@ def block_visibility(prefix_len: int, block_len: int, causal: bool, window: int 
     return model_block_visibility(q_pos, k_pos, hf_window, causal)
 
 
+def sink_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, scale: float, sinks: torch.Tensor
+) -> torch.Tensor:
+    """Softmax attention with one sink logit per query head.
+
+    q: [heads, q_len, dim]; k/v: [kv_heads, k_len, dim] (grouped-query heads share a kv head);
+    mask: [q_len, k_len] bool, True where visible; sinks: [heads]. Returns [heads, q_len, v_dim].
+    """
+    group = q.shape[0] // k.shape[0]
+    k, v = k.repeat_interleave(group, 0), v.repeat_interleave(group, 0)
+    scores = (q @ k.transpose(-1, -2)) * scale
+    scores = scores.masked_fill(~mask, float("-inf"))
+    sink = sinks.to(scores.dtype).view(-1, 1, 1).expand(-1, q.shape[1], 1)
+    probs = torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1)[..., :-1]
+    return probs @ v
+
+
+def paged_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    req_to_token: torch.Tensor,
+    req_pool_indices: torch.Tensor,
+    prefix_lens: torch.Tensor,
+    query_lens: list[int],
+    *,
+    scaling: float | None,
+    causal: bool,
+    window: int | None = None,
+    sinks: torch.Tensor | None = None,
+    to_pool_slots=None,
+    tree_mask: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Attention of each request's queries (the `query_lens[i]` tokens after its `prefix_lens[i]`
+    cached ones) over its prefix and its own new KV.
+
+    q: [sum(query_lens), q_heads, head_dim]; k/v_cache: [slots, kv_heads, dim] (new KV already
+    written); `to_pool_slots` maps req_to_token slots to the layer's pool (SWA pools).
+    `tree_mask` (a tree verify, SGLang's QLEN_ONLY layout: bs x n x n allowed pairs among the new
+    tokens, flat) replaces their causal mask: each sees the prefix, its ancestors and itself.
+    Returns [sum(query_lens), q_heads, v_dim].
+    """
+    if tree_mask is not None:
+        if window is not None and window > -1:
+            raise NotImplementedError("dflash_sglang CPU TARGET_VERIFY: tree masks on sliding-window layers")
+        tree_mask = tree_mask.view(len(query_lens), query_lens[0], query_lens[0])
+    out = q.new_empty(q.shape[0], q.shape[1], v_cache.shape[-1])
+    gqa = q.shape[1] != k_cache.shape[1]
+    scale = q.shape[-1] ** -0.5 if scaling is None else scaling
+    start = 0
+    rows, prefixes = req_pool_indices.tolist(), prefix_lens.tolist()
+    for i, (row, prefix, n) in enumerate(zip(rows, prefixes, query_lens, strict=True)):
+        slots = req_to_token[row, : prefix + n].long()
+        if to_pool_slots is not None:
+            slots = to_pool_slots(slots).long()
+        # [heads, tokens, dim], the layout SDPA wants per request.
+        q_i = q[start : start + n].transpose(0, 1)
+        k_i = k_cache[slots].to(q.dtype).transpose(0, 1)
+        v_i = v_cache[slots].to(q.dtype).transpose(0, 1)
+        if tree_mask is None:
+            mask = block_visibility(prefix, n, causal, window).to(q.device)
+        else:
+            mask = torch.cat([tree_mask.new_ones(n, prefix), tree_mask[i]], dim=1)
+        if sinks is None:
+            o_i = scaled_dot_product_attention(q_i, k_i, v_i, attn_mask=mask, scale=scaling, enable_gqa=gqa)
+        else:
+            o_i = sink_attention(q_i, k_i, v_i, mask, scale, sinks)
+        out[start : start + n] = o_i.transpose(0, 1)
+        start += n
+    return out
+
+
 def verify_attention(
     q: torch.Tensor,
     k_cache: torch.Tensor,
@@ -44,34 +126,20 @@ def verify_attention(
     scaling: float | None,
     causal: bool,
     window: int | None = None,
+    sinks: torch.Tensor | None = None,
+    to_pool_slots=None,
     tree_mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Attention of each request's block of queries over its prefix + block KV.
 
     q: [bs * block_len, q_heads, head_dim]; k/v_cache: [slots, kv_heads, dim] (block KV already
-    written); returns [bs * block_len, q_heads, v_dim]. `tree_mask` (a tree verify, SGLang's
-    QLEN_ONLY layout: bs x block_len x block_len allowed pairs, flat) replaces the block's causal
-    mask: every node sees the prefix, its ancestors and itself.
+    written); returns [bs * block_len, q_heads, v_dim].
     """
-    if tree_mask is not None:
-        if window is not None and window > -1:
-            raise NotImplementedError("dflash_sglang CPU TARGET_VERIFY: tree masks on sliding-window layers")
-        tree_mask = tree_mask.view(-1, block_len, block_len)
-    out = q.new_empty(q.shape[0], q.shape[1], v_cache.shape[-1])
-    gqa = q.shape[1] != k_cache.shape[1]
-    for i, (row, prefix) in enumerate(zip(req_pool_indices.tolist(), prefix_lens.tolist(), strict=True)):
-        slots = req_to_token[row, : prefix + block_len].long()
-        # [heads, tokens, dim], the layout SDPA wants per request.
-        q_i = q[i * block_len : (i + 1) * block_len].transpose(0, 1)
-        k_i = k_cache[slots].to(q.dtype).transpose(0, 1)
-        v_i = v_cache[slots].to(q.dtype).transpose(0, 1)
-        if tree_mask is None:
-            mask = block_visibility(prefix, block_len, causal, window).to(q.device)
-        else:
-            mask = torch.cat([tree_mask.new_ones(block_len, prefix), tree_mask[i]], dim=1)
-        o_i = scaled_dot_product_attention(q_i, k_i, v_i, attn_mask=mask, scale=scaling, enable_gqa=gqa)
-        out[i * block_len : (i + 1) * block_len] = o_i.transpose(0, 1)
-    return out
+    return paged_attention(
+        q, k_cache, v_cache, req_to_token, req_pool_indices, prefix_lens,
+        [block_len] * len(prefix_lens), scaling=scaling, causal=causal, window=window, sinks=sinks,
+        to_pool_slots=to_pool_slots, tree_mask=tree_mask,
+    )  # fmt: skip
 
 
 def tokens_per_request(forward_batch, num_tokens: int) -> int:
@@ -85,37 +153,120 @@ def tokens_per_request(forward_batch, num_tokens: int) -> int:
     return int(n)
 
 
-def forward_target_verify(backend, q, k, v, layer, forward_batch, save_kv_cache=True) -> torch.Tensor:
-    """TorchNativeAttnBackend.forward_extend for ForwardMode.TARGET_VERIFY."""
-    from sglang.srt.layers.radix_attention import AttentionType
+def _pool_slots(backend, layer):
+    """None for a plain pool; for a sliding layer of a hybrid SWA pool, the slot translation."""
+    pool = backend.token_to_kv_pool
+    if not getattr(backend, "use_sliding_window_kv_pool", False):
+        return None
+    _, is_swa_layer = pool.layers_mapping[layer.layer_id]
+    return pool.translate_loc_from_full_to_swa if is_swa_layer else None
+
+
+def _save_kv(backend, layer, forward_batch, k, v, save_kv_cache: bool) -> None:
     from sglang.srt.mem_cache.memory_pool import KVWriteLoc
 
-    if layer.is_cross_attention:
-        raise NotImplementedError("dflash_sglang CPU TARGET_VERIFY: cross attention is not supported")
     if save_kv_cache and k is not None and v is not None:
         loc = KVWriteLoc(forward_batch.out_cache_loc, backend.swa_out_cache_loc)
         backend.token_to_kv_pool.set_kv_buffer(layer, loc, k, v)
-    causal = layer.attn_type != AttentionType.ENCODER_ONLY
+
+
+def _refuse_unsupported(layer, forward_batch, what: str) -> None:
+    if layer.is_cross_attention or getattr(forward_batch, "encoder_lens", None) is not None:
+        raise NotImplementedError(f"dflash_sglang CPU {what}: cross attention / encoders are not supported")
+
+
+def _window(layer, causal: bool) -> int | None:
+    """As torch_native: a window (window_left) for causal, non-cross layers that have one."""
+    window = layer.sliding_window_size
+    return window if causal and window is not None and window > -1 else None
+
+
+def _attend(backend, q, layer, forward_batch, prefix_lens, query_lens, *, causal, sinks, tree_mask=None):
     q_ = q.reshape(-1, layer.tp_q_head_num, layer.qk_head_dim)
-    out = verify_attention(
+    out = paged_attention(
         q_,
         backend.token_to_kv_pool.get_key_buffer(layer.layer_id),
         backend.token_to_kv_pool.get_value_buffer(layer.layer_id),
         backend.req_to_token_pool.req_to_token,
         forward_batch.req_pool_indices,
-        forward_batch.seq_lens,
-        tokens_per_request(forward_batch, q_.shape[0]),
+        prefix_lens,
+        query_lens,
         scaling=layer.scaling,
         causal=causal,
-        # As SGLang's extend path: the window applies to causal (decoder) layers only.
-        window=layer.sliding_window_size if causal else None,
-        tree_mask=getattr(forward_batch.spec_info, "custom_mask", None),
+        window=_window(layer, causal),
+        sinks=sinks,
+        to_pool_slots=_pool_slots(backend, layer),
+        tree_mask=tree_mask,
     )
     return out.reshape(q_.shape[0], layer.tp_q_head_num * layer.v_head_dim)
 
 
-def forward_extend_with_target_verify(original, backend, q, k, v, layer, forward_batch, *args, **kwargs):
-    """AROUND TorchNativeAttnBackend.forward_extend: add TARGET_VERIFY for CPU tensors."""
-    if not (forward_batch.forward_mode.is_target_verify() and q.device.type == "cpu"):
+def forward_target_verify(backend, q, k, v, layer, forward_batch, save_kv_cache=True, sinks=None):
+    """TorchNativeAttnBackend.forward_extend for ForwardMode.TARGET_VERIFY."""
+    from sglang.srt.layers.radix_attention import AttentionType
+
+    if layer.is_cross_attention:
+        raise NotImplementedError("dflash_sglang CPU TARGET_VERIFY: cross attention is not supported")
+    _save_kv(backend, layer, forward_batch, k, v, save_kv_cache)
+    n = tokens_per_request(forward_batch, q.reshape(-1, layer.tp_q_head_num, layer.qk_head_dim).shape[0])
+    # As SGLang's extend path: the window applies to causal (decoder) layers only.
+    causal = layer.attn_type != AttentionType.ENCODER_ONLY
+    query_lens = [n] * forward_batch.batch_size
+    prefix_lens = forward_batch.seq_lens
+    tree_mask = getattr(forward_batch.spec_info, "custom_mask", None)  # a tree verify (tree_verify.py)
+    return _attend(
+        backend,
+        q,
+        layer,
+        forward_batch,
+        prefix_lens,
+        query_lens,
+        causal=causal,
+        sinks=sinks,
+        tree_mask=tree_mask,
+    )
+
+
+def forward_extend_with_sinks(backend, q, k, v, layer, forward_batch, save_kv_cache=True, sinks=None):
+    """TorchNativeAttnBackend.forward_extend (prefill, chunked prefill, radix hits) with sinks."""
+    from sglang.srt.layers.radix_attention import AttentionType
+
+    _refuse_unsupported(layer, forward_batch, "attention sinks")
+    _save_kv(backend, layer, forward_batch, k, v, save_kv_cache)
+    causal = layer.attn_type != AttentionType.ENCODER_ONLY
+    query_lens = forward_batch.extend_seq_lens.tolist()
+    prefix_lens = forward_batch.extend_prefix_lens
+    return _attend(backend, q, layer, forward_batch, prefix_lens, query_lens, causal=causal, sinks=sinks)
+
+
+def forward_decode_with_sinks(backend, q, k, v, layer, forward_batch, save_kv_cache=True, sinks=None):
+    """TorchNativeAttnBackend.forward_decode with sinks: one query per request, at its last
+    position (seq_lens[i] - 1; its KV is written first)."""
+    _refuse_unsupported(layer, forward_batch, "attention sinks")
+    _save_kv(backend, layer, forward_batch, k, v, save_kv_cache)
+    query_lens = [1] * forward_batch.batch_size
+    prefix_lens = forward_batch.seq_lens - 1
+    return _attend(backend, q, layer, forward_batch, prefix_lens, query_lens, causal=True, sinks=sinks)
+
+
+def forward_extend_on_cpu(original, backend, q, k, v, layer, forward_batch, *args, **kwargs):
+    """AROUND TorchNativeAttnBackend.forward_extend: for CPU tensors, add TARGET_VERIFY and
+    attention sinks; everything else is SGLang's."""
+    if q.device.type != "cpu":
         return original(backend, q, k, v, layer, forward_batch, *args, **kwargs)
-    return forward_target_verify(backend, q, k, v, layer, forward_batch, *args, **kwargs)
+    if forward_batch.forward_mode.is_target_verify():
+        return forward_target_verify(backend, q, k, v, layer, forward_batch, *args, **kwargs)
+    if kwargs.get("sinks") is not None:
+        return forward_extend_with_sinks(backend, q, k, v, layer, forward_batch, *args, **kwargs)
+    kwargs.pop("sinks", None)  # None: no sinks, what SGLang's own path computes
+    return original(backend, q, k, v, layer, forward_batch, *args, **kwargs)
+
+
+def forward_decode_on_cpu(original, backend, q, k, v, layer, forward_batch, *args, **kwargs):
+    """AROUND TorchNativeAttnBackend.forward_decode: attention sinks for CPU tensors."""
+    if q.device.type != "cpu":
+        return original(backend, q, k, v, layer, forward_batch, *args, **kwargs)
+    if kwargs.get("sinks") is not None:
+        return forward_decode_with_sinks(backend, q, k, v, layer, forward_batch, *args, **kwargs)
+    kwargs.pop("sinks", None)
+    return original(backend, q, k, v, layer, forward_batch, *args, **kwargs)

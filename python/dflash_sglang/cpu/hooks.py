@@ -13,6 +13,7 @@ from . import (
     dp_attention,
     embeds,
     gdn,
+    gpt_oss,
     kv_pool,
     mamba_policy,
     mamba_state,
@@ -41,7 +42,11 @@ HOOKS: tuple[Hook, ...] = (
     Hook(req_to_token.GATHER_TARGET, req_to_token.assign_extend_cache_locs_on_cpu),
     Hook(streams.TARGET, streams.record_stream_on_cpu),
     Hook(embeds.TARGET, embeds.extend_kwargs_in_model_dtype),
-    Hook(attention.TARGET, attention.forward_extend_with_target_verify),
+    Hook(attention.TARGET, attention.forward_extend_on_cpu),
+    Hook(attention.DECODE_TARGET, attention.forward_decode_on_cpu),
+    # gpt-oss (sinks, sliding windows): startup; the sinks themselves are in attention's hooks.
+    Hook(gpt_oss.ADJUSTMENTS_TARGET, gpt_oss.allow_torch_native_for_gpt_oss_on_cpu),
+    Hook(no_accelerator.TRITON_KERNELS_TARGET, no_accelerator.triton_kernels_need_an_accelerator),
     # Hybrid (Gated DeltaNet) targets: startup, prefill, decode, then verify and commit.
     Hook(mamba_policy.VALIDATE_TARGET, mamba_policy.validate_extra_buffer_on_cpu),
     Hook(mamba_policy.PLATFORM_TARGET, mamba_policy.platform_supports_extra_buffer_on_cpu),

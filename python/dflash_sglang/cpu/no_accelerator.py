@@ -8,7 +8,10 @@
   memory saver (through `torch.get_device_module()`, which is torch.cuda on a cpu server);
 - `cudaHostRegister` / `cudaHostUnregister` of host buffers (`pool_host.common`): the routed-experts
   capturer (`--enable-return-routed-experts`) and the hierarchical cache's host pool register
-  their buffers for fast copies to the device.
+  their buffers for fast copies to the device;
+- `is_triton_kernels_available()`: true wherever the `triton_kernels` package imports, and the
+  gpt-oss model override then picks its MoE runner (`--moe-runner-backend triton_kernel`), whose
+  kernels run on a GPU only. With no accelerator it is not available.
 Torch raises on each without an accelerator. Pinning and registering only speed up copies to an
 accelerator and synchronizing waits for one, so with none the unpinned tensor, and returning at
 once, are what these calls mean. With an accelerator every call is left as it is.
@@ -23,6 +26,7 @@ FACTORY_TARGETS = ("torch.tensor", "torch.zeros")
 SYNCHRONIZE_TARGET = "torch.cuda.synchronize"
 # Hooks on torch itself, which every torch call in the process goes through.
 TORCH_WIDE_TARGETS = (PIN_MEMORY_TARGET, *FACTORY_TARGETS, SYNCHRONIZE_TARGET)
+TRITON_KERNELS_TARGET = "sglang.srt.utils.common.is_triton_kernels_available"
 HOST_REGISTER_TARGETS = (
     "sglang.srt.mem_cache.pool_host.common._cuda_host_register",
     "sglang.srt.mem_cache.pool_host.common._cuda_host_unregister",
@@ -53,3 +57,8 @@ def synchronize_without_accelerator(original, *args, **kwargs):
     if has_accelerator():
         return original(*args, **kwargs)
     return None
+
+
+def triton_kernels_need_an_accelerator(original):
+    """AROUND is_triton_kernels_available: False with no accelerator to run the kernels on."""
+    return has_accelerator() and original()

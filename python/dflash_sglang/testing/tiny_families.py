@@ -3,6 +3,10 @@
 
     llama       LlamaForCausalLM        (Llama-3.1-8B)
     qwen3_moe   Qwen3MoeForCausalLM     (Qwen3-Coder-30B-A3B: mixture of experts, top-2 of 4 here)
+    gpt_oss     GptOssForCausalLM       (gpt-oss-20b/120b: layers alternating a sliding window of
+                                         GPT_OSS_WINDOW tokens and full attention, one attention
+                                         sink per head, experts with biases and a clamped SwiGLU,
+                                         top-2 of 4 here; YaRN RoPE as published)
 
 SGLang loads the model class the real checkpoint names, so the path a real deployment takes
 (hidden-state capture, MoE routing and expert kernels) is the one that runs. The tokenizer and
@@ -14,11 +18,22 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
+from transformers import (
+    GptOssConfig,
+    GptOssForCausalLM,
+    LlamaConfig,
+    LlamaForCausalLM,
+    Qwen3MoeConfig,
+    Qwen3MoeForCausalLM,
+)
 
 from .tiny import MASK_TOKEN, TinyPair, TinyShape, _init_, build_tokenizer, target_config_fields, tiny_draft
 
-FAMILIES = ("llama", "qwen3_moe")
+FAMILIES = ("llama", "qwen3_moe", "gpt_oss")
+# Small enough that prompts of a few dozen tokens already slide out of it.
+GPT_OSS_WINDOW = 8
+# Below the published 7.0, so the random experts' gate and up projections do reach the clamp.
+GPT_OSS_SWIGLU_LIMIT = 1.5
 
 
 def family_config(family: str, shape: TinyShape, vocab_size: int, eos_token_id: int):
@@ -39,6 +54,19 @@ def family_config(family: str, shape: TinyShape, vocab_size: int, eos_token_id: 
             **common,
         )
         return config, Qwen3MoeForCausalLM
+    if family == "gpt_oss":
+        config = GptOssConfig(
+            intermediate_size=shape.intermediate_size,
+            num_local_experts=4,
+            num_experts_per_tok=2,
+            sliding_window=GPT_OSS_WINDOW,
+            layer_types=[
+                "sliding_attention" if i % 2 == 0 else "full_attention" for i in range(shape.target_layers)
+            ],
+            swiglu_limit=GPT_OSS_SWIGLU_LIMIT,
+            **common,
+        )
+        return config, GptOssForCausalLM
     raise ValueError(f"unknown family {family!r}; one of {FAMILIES}")
 
 
@@ -53,6 +81,11 @@ def write_tiny_family_pair(
     _init_(target, shape.init_std, torch.Generator().manual_seed(seed))
     with torch.no_grad():
         target.lm_head.weight[shape.hot_token_ids()] *= 20
+        for name, param in target.named_parameters():
+            if name.endswith("self_attn.sinks"):
+                # SGLang holds sinks in bfloat16 on every backend but trtllm_mha (as the published
+                # checkpoints store them): values it loads exactly.
+                param.copy_(param.to(torch.bfloat16).float())
     target.generation_config.eos_token_id = tokenizer.eos_token_id
     target.eval().save_pretrained(root / "target")
     tokenizer.save_pretrained(root / "target")
