@@ -165,6 +165,7 @@ def main(argv=None) -> int:
     p.add_argument("--num-prompts", type=int, default=16)
     p.add_argument("--max-tokens", type=int, default=128)
     p.add_argument("--only", default=None, help="comma-separated variant labels to run (default: all)")
+    p.add_argument("--runs", default=None, help=f"comma-separated runs, of {', '.join(RUNS)} (default: all)")
     args = p.parse_args(argv)
 
     pair, pair_line = resolve_pair(args.pair)
@@ -172,7 +173,9 @@ def main(argv=None) -> int:
     sampling = Sampling(args.max_tokens)
     only = set(args.only.split(",")) if args.only else None
     dataset = f"tiny: {describe_tiny(pair)}; {pair_line}"
-    for name, variants in RUNS.items():
+    runs = args.runs.split(",") if args.runs else list(RUNS)
+    for name in runs:
+        variants = RUNS[name]
         variants = [v for v in variants if only is None or v.label in only]
         if variants:  # each run's baseline is its list's first entry, no speculation
             run = new_run(dataset, len(prompts), sampling, args.concurrency, RUNS[name][0].label)
