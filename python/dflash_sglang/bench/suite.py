@@ -81,8 +81,9 @@ OVERLAP = {"SGLANG_ENABLE_SPEC_V2": "1"}
 def tree_variant(topk: int, width: int) -> Variant:
     notes = f"our worker, SGLANG_ENABLE_SPEC_V2=1, --speculative-eagle-topk {topk} "
     notes += f"--speculative-num-draft-tokens {width}"
-    args = ("--speculative-eagle-topk", str(topk), "--speculative-num-draft-tokens", str(width))
-    return Variant(f"tree k{topk} n{width}", True, OVERLAP, notes, args=args)
+    # N travels as the block: the suite passes it as --speculative-num-draft-tokens.
+    args = ("--speculative-eagle-topk", str(topk))
+    return Variant(f"tree k{topk} n{width}", True, OVERLAP, notes, block=width, args=args)
 
 
 TREE_VARIANTS = [
