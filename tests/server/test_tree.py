@@ -1,13 +1,13 @@
 """Tree verification (`--speculative-eagle-topk K > 1`, tree_verify.py) in real SGLang servers on
 CPU (float32), on the hot tiny pair's block-8 drafter.
 
-Greedy: token-identical to the no-spec server, one at a time, 8 concurrently and on radix-cache
-hits, under the overlap worker (host-sync check on: the tree is built, walked and compacted on
-the device) at a budget of 2B (K 4, N 16) and under the plain worker at 4B with 16-token pages
-(K 8, N 32). Temperature 1, under both workers: every token follows the target's law (sequential
-PIT with the T=0.6 negative control). Penalties and constrained output get a 400 naming the
-feature; a verify width below the drafter's block, and a hybrid target, fail at startup naming
-the switch.
+Greedy: token-identical to the no-spec server, one at a time (with the engine-free oracle's
+verify-step counts: the same trees), 8 concurrently and on radix-cache hits, under the overlap
+worker (host-sync check on: the tree is built, walked and compacted on the device) at a budget of
+2B (K 4, N 16) and under the plain worker at 4B with 16-token pages (K 8, N 32). Temperature 1,
+under both workers: every token follows the target's law (sequential PIT with the T=0.6 negative
+control). Penalties and constrained output get a 400 naming the feature; a verify width below the
+drafter's block, and a hybrid target, fail at startup naming the switch.
 
 Servers: one per worker (the session's no-spec server is the reference), two refused; about 4
 minutes.
@@ -19,7 +19,9 @@ import urllib.error
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+import torch
 
+from dflash_sglang.reference import dflash_generate
 from dflash_sglang.testing.server import SGLangServer
 
 from . import hybrid
@@ -38,6 +40,14 @@ TREES = {  # name: (env, topk K, verify width N, extra flags)
 def tree_args(pair, topk: int, width: int) -> list:
     return ["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", pair.draft,
             "--speculative-eagle-topk", topk, "--speculative-num-draft-tokens", width]  # fmt: skip
+
+
+def tree_reference(pair, input_ids, budget: int, topk: int):
+    tokenizer, target, draft = load(pair.target, pair.draft)
+    return dflash_generate(
+        target, draft, torch.tensor([input_ids]), MAX_NEW, stop_token_ids=[tokenizer.eos_token_id],
+        tree_budget=budget, tree_topk=topk,
+    )  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -64,9 +74,15 @@ def test_the_log_says_a_tree_runs(tree_server):
     assert "block size 8" in log  # the drafter's block, from its config: N is the verify width
 
 
-def test_greedy_equals_nospec_alone_concurrently_and_on_radix_hits(tree_server, prompt_ids, expected):
+def test_greedy_equals_nospec_alone_concurrently_and_on_radix_hits(pair8, tree_server, prompt_ids, expected):
     alone = [tree_server.generate(ids, MAX_NEW) for ids in prompt_ids]
     assert [out["output_ids"] for out in alone] == expected
+    # The same trees as the engine-free oracle: its verify-step counts, request by request.
+    _, topk, width, _ = TREES[tree_server.kind]
+    for ids, out in zip(prompt_ids[:4], alone, strict=False):
+        ref = tree_reference(pair8, ids, width - 1, topk)
+        assert ref.tokens == out["output_ids"]
+        assert out["meta_info"]["spec_verify_ct"] == len(ref.accept_lengths)
     assert max(out["meta_info"]["spec_accept_length"] for out in alone) > 1  # paths were accepted
     with ThreadPoolExecutor(len(prompt_ids)) as pool:  # every prompt is cached by now
         together = list(pool.map(lambda ids: tree_server.generate(ids, MAX_NEW), prompt_ids))
