@@ -13,7 +13,7 @@ from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
 from dflash_sglang.cpu.attention import (
     block_visibility,
-    forward_extend_with_target_verify,
+    forward_extend_on_cpu,
     verify_attention,
 )
 
@@ -163,9 +163,7 @@ def test_backend_hook_writes_the_block_kv_and_attends(batch, attn_type, window, 
     def original(*args, **kwargs):
         raise AssertionError("TARGET_VERIFY on CPU must not reach SGLang's forward_extend")
 
-    out = forward_extend_with_target_verify(
-        original, backend, q, k, v, layer(attn_type, window), forward_batch
-    )
+    out = forward_extend_on_cpu(original, backend, q, k, v, layer(attn_type, window), forward_batch)
 
     torch.testing.assert_close(pool.k_buffer[0][block_slots.long()], k)
     want = loop_reference(
@@ -186,11 +184,8 @@ def test_backend_hook_hands_other_modes_and_devices_to_sglang():
     extend = SimpleNamespace(forward_mode=ForwardMode.EXTEND)
     verify = SimpleNamespace(forward_mode=ForwardMode.TARGET_VERIFY)
     on_meta = torch.empty(4, 8, device="meta")
-    assert (
-        forward_extend_with_target_verify(original, None, torch.zeros(4, 8), None, None, None, extend)
-        == "sglang"
-    )
-    assert forward_extend_with_target_verify(original, None, on_meta, None, None, None, verify) == "sglang"
+    assert forward_extend_on_cpu(original, None, torch.zeros(4, 8), None, None, None, extend) == "sglang"
+    assert forward_extend_on_cpu(original, None, on_meta, None, None, None, verify) == "sglang"
     assert calls == [ForwardMode.EXTEND, ForwardMode.TARGET_VERIFY]
 
 
@@ -199,4 +194,4 @@ def test_tree_masks_are_refused_loudly():
         forward_mode=ForwardMode.TARGET_VERIFY, spec_info=SimpleNamespace(custom_mask=torch.ones(4))
     )
     with pytest.raises(NotImplementedError, match="tree"):
-        forward_extend_with_target_verify(None, None, torch.zeros(4, 8), None, None, None, forward_batch)
+        forward_extend_on_cpu(None, None, torch.zeros(4, 8), None, None, None, forward_batch)

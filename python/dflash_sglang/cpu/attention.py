@@ -8,6 +8,10 @@ it expects `extend_prefix_lens`/`extend_seq_lens`, which a verify batch does not
 In TARGET_VERIFY each request has `seq_lens[i]` committed tokens in its KV and `n` query tokens
 (the block) at positions `seq_lens[i] .. seq_lens[i] + n - 1`; their KV slots are
 `out_cache_loc[i*n:(i+1)*n]`, also written to `req_to_token[row, seq_lens[i]:seq_lens[i] + n]`.
+
+The same hook also serves the MHA form of MLA prefill (DeepSeek-V2/V3), which torch_native cannot
+run as it is (cpu/mla.py). An MLA target's verify takes the weight-absorbed form, one latent KV
+head, through the TARGET_VERIFY path here, as its decode does through SGLang's forward_decode.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import torch
 from torch.nn.functional import scaled_dot_product_attention
 
 from ..model import block_visibility as model_block_visibility
+from . import mla
 
 TARGET = "sglang.srt.layers.attention.torch_native_backend.TorchNativeAttnBackend.forward_extend"
 
@@ -105,8 +110,14 @@ def forward_target_verify(backend, q, k, v, layer, forward_batch, save_kv_cache=
     return out.reshape(q_.shape[0], layer.tp_q_head_num * layer.v_head_dim)
 
 
-def forward_extend_with_target_verify(original, backend, q, k, v, layer, forward_batch, *args, **kwargs):
-    """AROUND TorchNativeAttnBackend.forward_extend: add TARGET_VERIFY for CPU tensors."""
-    if not (forward_batch.forward_mode.is_target_verify() and q.device.type == "cpu"):
+def forward_extend_on_cpu(original, backend, q, k, v, layer, forward_batch, *args, **kwargs):
+    """AROUND TorchNativeAttnBackend.forward_extend: for CPU tensors, add TARGET_VERIFY and the
+    MHA form of MLA prefill (cpu/mla.py)."""
+    if q.device.type != "cpu":
         return original(backend, q, k, v, layer, forward_batch, *args, **kwargs)
-    return forward_target_verify(backend, q, k, v, layer, forward_batch, *args, **kwargs)
+    if forward_batch.forward_mode.is_target_verify():
+        return forward_target_verify(backend, q, k, v, layer, forward_batch, *args, **kwargs)
+    save_kv_cache = kwargs.get("save_kv_cache", args[0] if args else True)
+    if mla.is_mla_mha_form(backend, layer, save_kv_cache):
+        return mla.forward_mha_form(q, k, v, layer, forward_batch)
+    return original(backend, q, k, v, layer, forward_batch, *args, **kwargs)

@@ -41,7 +41,7 @@ HOOKS: tuple[Hook, ...] = (
     Hook(req_to_token.GATHER_TARGET, req_to_token.assign_extend_cache_locs_on_cpu),
     Hook(streams.TARGET, streams.record_stream_on_cpu),
     Hook(embeds.TARGET, embeds.extend_kwargs_in_model_dtype),
-    Hook(attention.TARGET, attention.forward_extend_with_target_verify),
+    Hook(attention.TARGET, attention.forward_extend_on_cpu),
     # Hybrid (Gated DeltaNet) targets: startup, prefill, decode, then verify and commit.
     Hook(mamba_policy.VALIDATE_TARGET, mamba_policy.validate_extra_buffer_on_cpu),
     Hook(mamba_policy.PLATFORM_TARGET, mamba_policy.platform_supports_extra_buffer_on_cpu),
