@@ -1,9 +1,11 @@
-"""Target families beyond dense Qwen3 (testing/tiny_families.py: Llama, Qwen3-MoE), each in the
-model class its real checkpoint loads, in real SGLang servers on CPU (float32): our overlap worker
-(block 4, host-sync check on) equals a no-spec server of the same target token for token, one at a
-time, concurrently, and on radix-cache hits, and its drafts are accepted. On the MoE target the
-routed experts (`--enable-return-routed-experts`, `return_routed_experts`) of every prompt and
-generated token equal the no-spec server's: the verify forward passes them through. The hybrid MoE
+"""Target families beyond dense Qwen3 (testing/tiny_families.py: Llama, Qwen3-MoE, DeepSeek-V3),
+each in the model class its real checkpoint loads, in real SGLang servers on CPU (float32): our
+overlap worker (block 4, host-sync check on) equals a no-spec server of the same target token for
+token, one at a time, concurrently, and on radix-cache hits, and its drafts are accepted. On the
+MoE targets the routed experts (`--enable-return-routed-experts`, `return_routed_experts`) of every
+prompt and generated token equal the no-spec server's: the verify forward passes them through. On
+DeepSeek-V3 (MLA) the no-spec server's prefill runs through a CPU stand-in (cpu/mla.py), so its
+output is checked against transformers' greedy decoding too. The hybrid MoE
 family (Qwen3_5MoeForCausalLM: Gated DeltaNet + attention, experts with a gated shared expert)
 equals transformers' greedy decoding, one at a time and concurrently."""
 
@@ -12,6 +14,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+import torch
 
 from dflash_sglang.testing.server import SGLangServer
 from dflash_sglang.testing.tiny_families import FAMILIES, write_tiny_family_pair
@@ -22,8 +25,24 @@ from .conftest import OVERLAP_CHECKED, dflash_args
 from .pairs import HOT_SHAPE, chat_prompts, load
 
 MAX_NEW = 32
-ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM"}
-EXTRA_FLAGS = {"llama": [], "qwen3_moe": ["--enable-return-routed-experts"]}
+ARCHITECTURES = {
+    "llama": "LlamaForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM", "deepseek_v3": "DeepseekV3ForCausalLM",
+}  # fmt: skip
+ROUTED = ["--enable-return-routed-experts"]
+EXTRA_FLAGS = {"llama": [], "qwen3_moe": ROUTED, "deepseek_v3": ROUTED}
+# Families whose no-spec server itself runs through a CPU stand-in of ours: checked against
+# transformers too (MLA's prefill form, cpu/mla.py).
+CHECKED_AGAINST_TRANSFORMERS = {"deepseek_v3"}
+
+
+@torch.no_grad()
+def transformers_greedy(target, tokenizer, ids: list[int]) -> list[int]:
+    """transformers' greedy decoding, stopping at (and keeping) EOS as the servers do."""
+    out = target.generate(
+        torch.tensor([ids]), max_new_tokens=MAX_NEW, do_sample=False,
+        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+    )  # fmt: skip
+    return out[0, len(ids) :].tolist()
 
 
 def routed_experts(server, prompts) -> list[str]:
@@ -37,13 +56,16 @@ def routed_experts(server, prompts) -> list[str]:
 @pytest.fixture(scope="module", params=FAMILIES)
 def family(request, tmp_path_factory):
     pair = write_tiny_family_pair(tmp_path_factory.mktemp(request.param), request.param, shape=HOT_SHAPE)
-    tokenizer = load(pair.target, pair.draft)[0]
+    tokenizer, target, _ = load(pair.target, pair.draft)
     prompts = [tokenizer(p)["input_ids"] for p in chat_prompts(6)]
     flags = EXTRA_FLAGS[request.param]
     with SGLangServer(pair.target, ["--disable-overlap-schedule", *flags]) as nospec:
         want = [nospec.generate(ids, MAX_NEW)["output_ids"] for ids in prompts]
         if flags:
             want_routed = routed_experts(nospec, prompts[:3])
+    if request.param in CHECKED_AGAINST_TRANSFORMERS:
+        reference = [transformers_greedy(target, tokenizer, ids) for ids in prompts]
+        assert want == reference, "the no-spec server differs from transformers"
     with SGLangServer(pair.target, [*dflash_args(pair, 4), *flags], env=OVERLAP_CHECKED) as server:
         if flags:  # before the other tests: no radix hits, so every token's routing is computed here
             assert routed_experts(server, prompts[:3]) == want_routed, "routed experts differ from no-spec"
