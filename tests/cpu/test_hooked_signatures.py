@@ -174,6 +174,10 @@ RELIED_ON = [
     ("sglang.srt.distributed.parallel_state.GroupCoordinator", ["_all_gather_into_tensor"]),
     ("sglang.srt.layers.dp_attention", ["memcpy_cpu"]),
     ("sglang.srt.layers.attention.torch_native_backend", ["TorchNativeAttnBackend"]),
+    # The MHA form of MLA prefill (cpu/mla.py): the packed lengths it reads, and the pool it detects.
+    ("sglang.srt.model_executor.forward_batch_info.ForwardBatch",
+     ["extend_seq_lens_cpu", "extend_prefix_lens_cpu"]),
+    ("sglang.srt.mem_cache.memory_pool", ["MLATokenToKVPool"]),
     # The prefill side reads it to choose the host-indices path (cpu/disaggregation.py).
     ("sglang.srt.disaggregation.mooncake.conn.MooncakeKVSender", ["supports_host_tensor_indices"]),
 ]  # fmt: skip

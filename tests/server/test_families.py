@@ -1,11 +1,12 @@
-"""Target families beyond dense Qwen3 (testing/tiny_families.py: Llama, Qwen3-MoE, gpt-oss), each
-in the model class its real checkpoint loads, in real SGLang servers on CPU (float32): the no-spec
-server equals transformers' greedy decoding of the target, and our overlap worker (block 4,
-host-sync check on) equals that no-spec server token for token, one at a time, concurrently, and on
-radix-cache hits, and its drafts are accepted. gpt-oss runs with SGLang's defaults for it (hybrid
-SWA pool and radix cache) and the CPU layer's attention sinks. On the MoE targets the routed
-experts (`--enable-return-routed-experts`, `return_routed_experts`) of every prompt and generated
-token equal the no-spec server's: the verify forward passes them through. The hybrid MoE family
+"""Target families beyond dense Qwen3 (testing/tiny_families.py: Llama, Qwen3-MoE, gpt-oss,
+DeepSeek-V3), each in the model class its real checkpoint loads, in real SGLang servers on CPU
+(float32): the no-spec server equals transformers' greedy decoding of the target, and our overlap
+worker (block 4, host-sync check on) equals that no-spec server token for token, one at a time,
+concurrently, and on radix-cache hits, and its drafts are accepted. gpt-oss runs with SGLang's
+defaults for it (hybrid SWA pool and radix cache) and the CPU layer's attention sinks; DeepSeek-V3
+(MLA) with the CPU layer's MHA-form prefill (cpu/mla.py). On the MoE targets the routed experts
+(`--enable-return-routed-experts`, `return_routed_experts`) of every prompt and generated token
+equal the no-spec server's: the verify forward passes them through. The hybrid MoE family
 (Qwen3_5MoeForCausalLM: Gated DeltaNet + attention, experts with a gated shared expert) equals
 transformers' greedy decoding, one at a time and concurrently."""
 
@@ -29,11 +30,13 @@ ARCHITECTURES = {
     "llama": "LlamaForCausalLM",
     "qwen3_moe": "Qwen3MoeForCausalLM",
     "gpt_oss": "GptOssForCausalLM",
+    "deepseek_v3": "DeepseekV3ForCausalLM",
 }
 EXTRA_FLAGS = {
     "llama": [],
     "qwen3_moe": ["--enable-return-routed-experts"],
     "gpt_oss": ["--enable-return-routed-experts"],
+    "deepseek_v3": ["--enable-return-routed-experts"],
 }
 
 

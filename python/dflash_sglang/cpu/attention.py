@@ -1,4 +1,4 @@
-"""SGLang's torch_native attention backend on CPU: TARGET_VERIFY, and attention sinks.
+"""SGLang's torch_native attention backend on CPU: TARGET_VERIFY, attention sinks, MLA prefill.
 
 TARGET_VERIFY. DFLASH runs two forwards in `ForwardMode.TARGET_VERIFY`: the draft block
 (non-causal for `AttentionType.ENCODER_ONLY` layers, causal within a window for sliding draft
@@ -17,6 +17,10 @@ compute it in extend, decode and verify, with torch_native's masks (causal, slid
 With a hybrid SWA pool (`SWAKVPool`, SGLang's default for gpt-oss), the sliding layers' KV lives
 in a pool of its own, addressed by `translate_loc_from_full_to_swa` of the request's slots; the
 stand-ins read it there (torch_native's own read path indexes it with full-pool slots).
+
+The same hook also serves the MHA form of MLA prefill (DeepSeek-V2/V3), which torch_native cannot
+run as it is (cpu/mla.py). An MLA target's verify takes the weight-absorbed form, one latent KV
+head, through the TARGET_VERIFY path here, as its decode does through SGLang's forward_decode.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import torch
 from torch.nn.functional import scaled_dot_product_attention
 
 from ..model import block_visibility as model_block_visibility
+from . import mla
 
 TARGET = "sglang.srt.layers.attention.torch_native_backend.TorchNativeAttnBackend.forward_extend"
 DECODE_TARGET = "sglang.srt.layers.attention.torch_native_backend.TorchNativeAttnBackend.forward_decode"
@@ -250,12 +255,15 @@ def forward_decode_with_sinks(backend, q, k, v, layer, forward_batch, save_kv_ca
 
 
 def forward_extend_on_cpu(original, backend, q, k, v, layer, forward_batch, *args, **kwargs):
-    """AROUND TorchNativeAttnBackend.forward_extend: for CPU tensors, add TARGET_VERIFY and
-    attention sinks; everything else is SGLang's."""
+    """AROUND TorchNativeAttnBackend.forward_extend: for CPU tensors, add TARGET_VERIFY, attention
+    sinks and the MHA form of MLA prefill (cpu/mla.py); everything else is SGLang's."""
     if q.device.type != "cpu":
         return original(backend, q, k, v, layer, forward_batch, *args, **kwargs)
     if forward_batch.forward_mode.is_target_verify():
         return forward_target_verify(backend, q, k, v, layer, forward_batch, *args, **kwargs)
+    save_kv_cache = kwargs.get("save_kv_cache", args[0] if args else True)
+    if mla.is_mla_mha_form(backend, layer, save_kv_cache):
+        return mla.forward_mha_form(q, k, v, layer, forward_batch)
     if kwargs.get("sinks") is not None:
         return forward_extend_with_sinks(backend, q, k, v, layer, forward_batch, *args, **kwargs)
     kwargs.pop("sinks", None)  # None: no sinks, what SGLang's own path computes
