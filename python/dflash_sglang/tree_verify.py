@@ -7,7 +7,7 @@ down the tree. Around the chain step it changes three things:
 
     draft    the block holds the tree's N nodes (node 0 = the verified token) in N reserved slots
     verify   node i sits at position seq_len + depth[i] and sees the prefix and its ancestors
-             (SGLang's FULL_MASK layout in `DFlashVerifyInput.custom_mask`)
+             (SGLang's QLEN_ONLY layout, its CPU kernels', in `DFlashVerifyInput.custom_mask`)
     accept   the accepted root path, moved to the front of the block: its target KV to slots
              seq_len.., its logits and captured features to rows 0.., so the chain's commit
              (injection, request outputs, lengths) runs unchanged
@@ -119,6 +119,7 @@ def move_path_to_front(front: torch.Tensor, cache_loc: torch.Tensor, kv_pool, lo
     """Target KV, logits and captured features of the accepted path to the block's first rows."""
     bs, n = front.shape
     src = cache_loc.view(bs, n).gather(1, front).flatten()
+    # All N rows (off-path rows move onto themselves): fixed shapes, no host read of the lengths.
     kv_pool.move_kv_cache(cache_loc, src)  # gathers before it scatters: overlaps are safe
     rows = (front + torch.arange(bs, device=front.device).unsqueeze(1) * n).flatten()
     logits_output.next_token_logits = logits_output.next_token_logits.index_select(0, rows)
