@@ -1,7 +1,8 @@
 """Target families beyond dense Qwen3 (testing/tiny_families.py: Llama, Qwen3-MoE, gpt-oss,
 DeepSeek-V3), each in the model class its real checkpoint loads, in real SGLang servers on CPU
-(float32): the no-spec server equals transformers' greedy decoding of the target, and our overlap
-worker (block 4, host-sync check on) equals that no-spec server token for token, one at a time,
+(float32): the no-spec server equals transformers' greedy decoding of the target, and our worker
+(block 4; the plain worker on Llama and DeepSeek-V3, the overlap worker with the host-sync check
+on Qwen3-MoE and gpt-oss) equals that no-spec server token for token, one at a time,
 concurrently, and on radix-cache hits, and its drafts are accepted. gpt-oss runs with SGLang's
 defaults for it (hybrid SWA pool and radix cache) and the CPU layer's attention sinks; DeepSeek-V3
 (MLA) with the CPU layer's MHA-form prefill (cpu/mla.py). On the MoE targets the routed experts
@@ -22,7 +23,7 @@ from dflash_sglang.testing.tiny_families import FAMILIES, write_tiny_family_pair
 from dflash_sglang.testing.tiny_hybrid import HybridShape, write_tiny_hybrid_pair
 
 from . import hybrid
-from .conftest import OVERLAP_CHECKED, dflash_args
+from .conftest import OVERLAP_CHECKED, PLAIN, dflash_args
 from .pairs import HOT_SHAPE, chat_prompts, load
 
 MAX_NEW = 32
@@ -38,6 +39,9 @@ EXTRA_FLAGS = {
     "gpt_oss": ["--enable-return-routed-experts"],
     "deepseek_v3": ["--enable-return-routed-experts"],
 }
+# One server per family, the two workers shared out: the verify forward each family needs is the
+# same in both; the overlap worker runs with the host-sync check.
+WORKERS = {"llama": "plain", "qwen3_moe": "overlap", "gpt_oss": "overlap", "deepseek_v3": "plain"}
 
 
 def routed_experts(server, prompts) -> list[str]:
@@ -58,7 +62,8 @@ def family(request, tmp_path_factory):
         want = [nospec.generate(ids, MAX_NEW)["output_ids"] for ids in prompts]
         if flags:
             want_routed = routed_experts(nospec, prompts[:3])
-    with SGLangServer(pair.target, [*dflash_args(pair, 4), *flags], env=OVERLAP_CHECKED) as server:
+    env = OVERLAP_CHECKED if WORKERS[request.param] == "overlap" else PLAIN
+    with SGLangServer(pair.target, [*dflash_args(pair, 4), *flags], env=env) as server:
         if flags:  # before the other tests: no radix hits, so every token's routing is computed here
             assert routed_experts(server, prompts[:3]) == want_routed, "routed experts differ from no-spec"
         yield request.param, server, prompts, want, pair
@@ -86,7 +91,8 @@ def test_the_real_model_class_runs(family):
     name, server, _, _, _ = family
     log = server.log_path.read_text()
     assert ARCHITECTURES[name] in log
-    assert "DFLASH served by dflash_sglang.overlap.DFlashOverlapWorker" in log
+    worker = "overlap.DFlashOverlapWorker" if WORKERS[name] == "overlap" else "worker.DFlashWorker"
+    assert f"DFLASH served by dflash_sglang.{worker}" in log
 
 
 def test_alone_concurrent_and_radix_hits_equal_nospec(family):
