@@ -35,9 +35,17 @@ def test_embed_replaces_only_the_marked_section(tmp_path):
 
 
 def test_every_run_starts_with_its_no_spec_baseline_and_tp_runs_at_tp2():
-    assert [variants[0].speculative for variants in suite.RUNS.values()] == [False, False]
+    assert [variants[0].speculative for variants in suite.RUNS.values()] == [False] * len(suite.RUNS)
     assert set(suite.RUNS) <= set(suite.MARKERS)  # adaptive-cpu: bench/adaptive.py's run
     assert all("--tp-size" in v.args and v.env["SGLANG_CPU_OMP_THREADS_BIND"] for v in suite.TP2_VARIANTS)
+
+
+def test_tree_variants_pass_their_width_as_the_verify_tokens():
+    """The suite passes `block` as --speculative-num-draft-tokens: a tree's N must travel there,
+    or the drafter's block overrides it (the first tree run measured N = 8 for every tree)."""
+    trees = [v for v in suite.TREE_VARIANTS if "--speculative-eagle-topk" in v.args]
+    assert [(v.args[1], v.block) for v in trees] == [("4", 16), ("8", 32), ("8", 64)]
+    assert all("--speculative-num-draft-tokens" not in v.args for v in trees)
 
 
 def test_missing_trained_pair_falls_back_to_the_random_pair(tmp_path, monkeypatch, capsys):
