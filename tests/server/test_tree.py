@@ -7,8 +7,8 @@ worker (host-sync check on: the tree is built, walked and compacted on the devic
 2B (K 4, N 16) and under the plain worker at 4B with 16-token pages (K 8, N 32). Temperature 1,
 under both workers: every token follows the target's law (sequential PIT with the T=0.6 negative
 control). Penalties and constrained output get a 400 naming the feature; a verify width below the
-drafter's block, and a hybrid target, fail at startup naming the switch. At --tp-size 2 (overlap worker, N 16) greedy outputs equal the no-spec server and the
-oracle's verify counts.
+drafter's block, and a hybrid target, fail at startup naming the switch. At --tp-size 2 (overlap
+worker, N 16) greedy outputs equal the no-spec server and the oracle's verify counts.
 
 Servers: one per worker and one at TP=2 (the session's no-spec server is the reference), two
 refused; about 5 minutes.
