@@ -127,24 +127,14 @@ def verify_attention(
     req_pool_indices: torch.Tensor,
     prefix_lens: torch.Tensor,
     block_len: int,
-    *,
-    scaling: float | None,
-    causal: bool,
-    window: int | None = None,
-    sinks: torch.Tensor | None = None,
-    to_pool_slots=None,
-    tree_mask: torch.Tensor | None = None,
+    **options,
 ) -> torch.Tensor:
-    """Attention of each request's block of queries over its prefix + block KV.
-
-    q: [bs * block_len, q_heads, head_dim]; k/v_cache: [slots, kv_heads, dim] (block KV already
-    written); returns [bs * block_len, q_heads, v_dim].
-    """
+    """`paged_attention` for a verify batch: every request's `block_len` queries over its prefix +
+    block KV (block KV already written); the options are paged_attention's."""
+    query_lens = [block_len] * len(prefix_lens)
     return paged_attention(
-        q, k_cache, v_cache, req_to_token, req_pool_indices, prefix_lens,
-        [block_len] * len(prefix_lens), scaling=scaling, causal=causal, window=window, sinks=sinks,
-        to_pool_slots=to_pool_slots, tree_mask=tree_mask,
-    )  # fmt: skip
+        q, k_cache, v_cache, req_to_token, req_pool_indices, prefix_lens, query_lens, **options
+    )
 
 
 def tokens_per_request(forward_batch, num_tokens: int) -> int:
