@@ -127,3 +127,19 @@ def test_a_hybrid_target_fails_at_startup_naming_the_switch(tmp_path):
     pair = hybrid.make_hybrid_pair(tmp_path)
     args = [*hybrid.HYBRID_ARGS, *hybrid.NO_BUFFER, *tree_args(pair, 4, 16)]
     assert_startup_fails_naming(pair, args, ["--speculative-eagle-topk 4", "hybrid"])
+
+
+def test_logprobs_equal_nospec(tree_server, nospec8, prompt_ids):
+    """The accepted path's logits move to the front of the block with its KV, so the logprobs the
+    scheduler reads are each emitted token's, as a no-spec server computes them (to 1e-3: the tree
+    mask attends in another order than no-spec's decode; ~5e-5 seen)."""
+    body = {"input_ids": prompt_ids[6], "return_logprob": True, "top_logprobs_num": 3,
+            "sampling_params": {"temperature": 0, "max_new_tokens": MAX_NEW}}  # fmt: skip
+    want, got = nospec8.post("/generate", body), tree_server.post("/generate", body)
+    assert got["output_ids"] == want["output_ids"]
+    assert got["meta_info"]["spec_accept_length"] > 1
+    for key in ("output_token_logprobs", "output_top_logprobs"):
+        w, g = want["meta_info"][key], got["meta_info"][key]
+        flat = lambda rows: [x for row in rows for x in (row if isinstance(row[0], list) else [row])]  # noqa: E731
+        assert [t for _, t, *_ in flat(g)] == [t for _, t, *_ in flat(w)]
+        assert all(abs(a[0] - b[0]) < 1e-3 for a, b in zip(flat(g), flat(w), strict=True))
