@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: install system-libs test lint serve demo bench tiny-pair gpu-check soak
+.PHONY: install system-libs test lint serve demo bench bench-adaptive tiny-pair gpu-check soak
 
 install: system-libs
 	python3 -m venv $(VENV)
@@ -40,6 +40,13 @@ PAIR ?= python/dflash_sglang/assets/tiny-pair
 BENCH_ARGS ?=
 bench:
 	$(PY) -m dflash_sglang.bench.suite --pair $(PAIR) --out docs/bench --docs docs/benchmarks.md $(BENCH_ARGS)
+
+# The adaptive verify width under load (docs/adaptive.md): a random target of real layer shapes,
+# acceptance simulated at a trained drafter's per-position rates, then with none (the worst case).
+SIMULATED_ACCEPTANCE ?= 0.9,0.85,0.8
+bench-adaptive:
+	$(PY) -m dflash_sglang.bench.adaptive --simulate-acceptance $(SIMULATED_ACCEPTANCE)
+	$(PY) -m dflash_sglang.bench.adaptive
 
 # Retrains the embedded tiny pair (target, drafter, held-out prompts, measured acceptance) from
 # the standard library's source: deterministic on one machine (one thread), about an hour on a CPU core.

@@ -50,6 +50,7 @@ from .penalties import PenaltyLedger, PenaltyParams
 from .request_outputs import attach_request_outputs
 from .sampled_verify import sampled_accept
 from .sampling_prewarm import prewarm_sampled_verify
+from .simulated_acceptance import SimulatedAcceptance
 from .spec_info import DFlashDraftState, host_read_bound
 from .streams import DrafterStream
 from .tp_agreement import TpAgreement, draft_scope
@@ -113,6 +114,10 @@ class DFlashWorker(Drafting, BaseSpecWorker):
         if self.tree is not None:
             tree_verify.refuse_unsupported_setups(self.tree, self.block_size, server_args, self.model_runner)
             tree_verify.refuse_varying_widths(self.tree, self.widths)
+        self.simulated = SimulatedAcceptance.for_worker(self.tree, self.block_size, self.device)
+        if self.simulated is not None:
+            logger.warning("dflash_sglang: %s: simulated acceptance, for benchmarking only; the "
+                           "output is not the target's", self.simulated.describe)  # fmt: skip
         self.penalties: PenaltyLedger | None = None  # allocated by the first penalised request
         self.check_host_sync = host_sync.enabled()
         logger.info(
@@ -316,7 +321,9 @@ class DFlashWorker(Drafting, BaseSpecWorker):
             tree_verify.move_path_to_front(front, block.cache_loc, kv_pool, target_out.logits_output)
             return target_out, accepted
         drafts = block.tokens[:, 1:]
-        if info is None or info.is_all_greedy:
+        if self.simulated is not None:  # benchmarking only (simulated_acceptance.py)
+            accepted = self.simulated.accept(block.tokens, logits.argmax(-1).view(-1, size))
+        elif info is None or info.is_all_greedy:
             accepted = greedy_accept(drafts, logits.argmax(-1).view(-1, size))
         else:  # argmax drafts are point proposals: q is one-hot
             accepted = sampled_accept(drafts, logits, info, size, reqs=batch.reqs)

@@ -98,7 +98,7 @@ TREE_VARIANTS = [
 RUNS = {"tiny-cpu": VARIANTS, "tiny-cpu-tp2": TP2_VARIANTS, "tiny-cpu-tree": TREE_VARIANTS}
 MARKERS = {
     "tiny-cpu": "make bench", "tiny-cpu-tp2": "make bench tp2", "tiny-cpu-tree": "make bench tree",
-    "adaptive-cpu": "make bench adaptive",
+    "adaptive-cpu": "make bench adaptive", "adaptive-cpu-simulated": "make bench adaptive simulated",
 }  # fmt: skip
 
 
