@@ -45,7 +45,7 @@ bench:
 # acceptance simulated at a trained drafter's per-position rates, then with none (the worst case).
 SIMULATED_ACCEPTANCE ?= 0.9,0.85,0.8
 bench-adaptive:
-	$(PY) -m dflash_sglang.bench.adaptive --simulate-acceptance $(SIMULATED_ACCEPTANCE)
+	$(PY) -m dflash_sglang.bench.adaptive --simulate-acceptance $(SIMULATED_ACCEPTANCE) --max-tokens 128
 	$(PY) -m dflash_sglang.bench.adaptive
 
 # Retrains the embedded tiny pair (target, drafter, held-out prompts, measured acceptance) from
