@@ -108,3 +108,15 @@ def test_model_paths_under_the_working_directory_are_reported_relative(tmp_path,
     assert relative("/elsewhere/target") == "/elsewhere/target"
     assert relative("Qwen/Qwen3-8B") == "Qwen/Qwen3-8B"  # a hub id stays as given
     assert relative(None) is None
+
+
+def test_other_processes_cpu_share_decides_busy_where_measured(run):
+    run.servers[0].levels[1].load_average = 5.5  # the servers' own load: not interference
+    for server in run.servers:
+        for level in server.levels:
+            level.foreign_cpu = 0.01
+    assert "The machine was quiet (other processes took up to 1% of its 2 CPUs during a level)." in (
+        report.setup(run)
+    )
+    run.servers[1].levels[0].foreign_cpu = 0.3
+    assert "**The machine was busy** (other processes took up to 30% of its 2 CPUs" in report.setup(run)

@@ -53,11 +53,11 @@ def plot_all(run: BenchRun, out_dir: str | Path, prefix: str = "") -> list[str]:
         def ratio(server, level):
             return None if server is baseline else speedup(level, baseline.level(level.concurrency))
 
-        names.append(
-            _save(
-                _by_concurrency(run, f"Speedup vs {baseline.label}", "x", ratio), out / f"{prefix}speedup.png"
-            )
-        )
+        figure = _by_concurrency(run, f"Speedup vs {baseline.label}", "x", ratio)
+        axes = figure.axes[0]  # the baseline's level: a server crosses it where it stops paying
+        axes.axhline(1.0, color="gray", linestyle="--", linewidth=1, label=f"{baseline.label} (1.0x)")
+        axes.legend(fontsize=8)
+        names.append(_save(figure, out / f"{prefix}speedup.png"))
     pooled = [(s.label, pooled_levels(s.levels, s.block_size)) for s in speculative(run)]
     pooled = [(label, acc) for label, acc in pooled if acc.histogram]
     if pooled:

@@ -24,8 +24,13 @@ def setup(run: BenchRun) -> str:
         f"temperature {run.temperature:g}; {run.created}, {run.machine} client with {run.cpus} CPUs",
         "",
     ]
-    load = busy(run)
-    if load:
+    shares = [lv.foreign_cpu for s in run.servers for lv in s.levels if lv.foreign_cpu is not None]
+    if shares:  # measured: other processes' share of the CPUs (the servers' own load is not interference)
+        verdict = "**The machine was busy**" if max(shares) > BUSY_SHARE else "The machine was quiet"
+        caveat = ": timings and speedups are not reliable; acceptance is" if max(shares) > BUSY_SHARE else ""
+        lines.append(f"{verdict} (other processes took up to {max(shares):.0%} of its {run.cpus} CPUs "
+                     f"during a level){caveat}.\n")  # fmt: skip
+    elif load := busy(run):
         lines.append(f"**The client machine was busy** (1-minute load average up to {load:.1f} on {run.cpus} "
                      "CPUs): its timings and speedups are not reliable; acceptance is.\n")  # fmt: skip
     for server in run.servers:
@@ -37,6 +42,9 @@ def setup(run: BenchRun) -> str:
         notes = f"; {server.notes}" if server.notes else ""
         lines.append(f"- **{server.label}**: `{server.model}` at {server.url}, {spec}{notes}")
     return "\n".join(lines)
+
+
+BUSY_SHARE = 0.05  # other processes' share of the CPUs over a level above which timings are suspect
 
 
 def busy(run: BenchRun) -> float | None:

@@ -63,6 +63,7 @@ class LevelStats:
     latency_ms: Percentiles
     acceptance: Acceptance
     load_average: float | None = None  # the client machine's 1-minute load when the level ended
+    foreign_cpu: float | None = None  # other processes' share of the machine's CPU time over the level
 
 
 @dataclasses.dataclass

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from . import plots, report, results
 from .client import Sampling, run_level
+from .machine_load import ForeignCpu
 from .results import BenchRun, ServerRun
 from .server_info import flush_cache
 from .stats import summarize
@@ -41,12 +42,14 @@ def bench_servers(
 def measure(server: ServerRun, prompts: list[list[dict]], sampling: Sampling, concurrency: int):
     flush_cache(server.url)
     label = f"{server.label} c={concurrency}"
+    others = ForeignCpu()
     done, duration = asyncio.run(run_level(server.url, server.model, prompts, sampling, concurrency, label))
     failed = [r.error for r in done if r.error]
     if failed:
         print(f"{label}: {len(failed)}/{len(done)} requests failed: {failed[0]}")
     level = summarize(done, concurrency, duration, server.block_size)
     level.load_average = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    level.foreign_cpu = others.share(duration)
     return level
 
 
