@@ -119,9 +119,7 @@ class Drafting:
         )
 
     def tree_block(self, batch, verified, hidden, host_lens) -> Block:
-        vocab = self.model_runner.model_config.vocab_size
-        logprobs = tree_verify.draft_logprobs(hidden, self.target_model.lm_head.weight[:vocab])
-        tree = tree_verify.build_trees(self.tree, verified, logprobs)
+        tree = tree_verify.build_trees(self.tree, verified, self.draft_vocab.logprobs(hidden))
         translators = (self.model_runner.kv_index_translator, self.draft_runner.kv_index_translator)
         req_to_token = self.model_runner.req_to_token_pool.req_to_token
         return tree_verify.tree_block(Block, tree, batch, req_to_token, *translators, host_lens)

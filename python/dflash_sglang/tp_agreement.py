@@ -52,6 +52,11 @@ class TpAgreement:
             return accepted
         return Acceptance(self.sync.sync(site, accepted.lengths), self.sync.sync(site, accepted.tokens))
 
+    def predictions(self, target_tokens: torch.Tensor, greedy: bool) -> torch.Tensor:
+        """Rank 0's target token at every tree node: the walk, and so the path moved, agree."""
+        site = SpecTpSyncSite.DFLASH_ACCEPT_GREEDY if greedy else SpecTpSyncSite.DFLASH_ACCEPT_SAMPLE
+        return self.sync.sync(site, target_tokens) if self.sync.enabled(site) else target_tokens
+
     def first_tokens(self, next_token_ids: torch.Tensor) -> torch.Tensor:
         """Rank 0's prefill tokens (sampled by the target's sampler) on every rank."""
         return self.sync.sync(SpecTpSyncSite.DFLASH_TARGET, next_token_ids)

@@ -29,6 +29,17 @@ from .tree_switches import TreeSettings
 from .verify_width import ADAPTIVE_ENV, WIDTHS_ENV
 
 
+def prepare(settings: TreeSettings, block_size: int, server_args, model_runner, widths) -> DraftVocab:
+    """At startup: refuse what the tree path does not serve yet; the drafter's vocabulary."""
+    from sglang.srt.runtime_context import get_parallel
+
+    refuse_unsupported_setups(settings, block_size, server_args, model_runner)
+    refuse_varying_widths(settings, widths)
+    lm_head = model_runner.model.lm_head  # vocab-parallel over its own group, as the chain's argmax
+    group = getattr(lm_head, "tp_group", get_parallel().tp_group)
+    return DraftVocab(lm_head, group, model_runner.model_config.vocab_size)
+
+
 def refuse_unsupported_setups(settings: TreeSettings, block_size: int, server_args, model_runner) -> None:
     """What the tree path does not serve yet fails at startup, naming the options."""
     option = f"--speculative-eagle-topk {settings.max_children} (DFLASH tree verification)"
@@ -40,7 +51,6 @@ def refuse_unsupported_setups(settings: TreeSettings, block_size: int, server_ar
         )
     refusals = {
         "--device other than cpu": server_args.device != "cpu",  # custom-mask backends untested on GPU
-        "--tp-size > 1": server_args.tp_size > 1,
         "--enable-dp-attention": server_args.enable_dp_attention,
         "--speculative-draft-window-size": server_args.speculative_draft_window_size is not None,
         "--disaggregation-mode": server_args.disaggregation_mode not in (None, "null"),
@@ -59,9 +69,41 @@ def refuse_varying_widths(settings: TreeSettings, widths) -> None:
         )
 
 
-def draft_logprobs(hidden: torch.Tensor, lm_head_weight: torch.Tensor) -> torch.Tensor:
-    """[bs, L, H] drafter features -> [bs, L, V] log q, over the target's LM head (untempered)."""
-    return torch.log_softmax(torch.matmul(hidden, lm_head_weight.T).float(), dim=-1)
+class DraftVocab:
+    """The drafter's log q over the whole vocabulary, through the target's LM head (untempered).
+
+    Under TP the head is vocab-parallel: each rank holds a contiguous shard of the vocabulary (its
+    tail rows padding). Every rank's (start, count) is read once here, at startup, so a step
+    gathers the shards' logits into whole rows with no host read, and every rank builds the same
+    tree from the same rows."""
+
+    def __init__(self, lm_head, tp_group, vocab: int):
+        self.weight, self.group, self.vocab = lm_head.weight, tp_group, vocab
+        shard = getattr(lm_head, "shard_indices", None)
+        self.counts = None  # unsharded
+        if shard is not None and tp_group is not None and tp_group.world_size > 1:
+            mine = torch.tensor(
+                [[shard.org_vocab_start_index, shard.num_org_elements]], device=self.weight.device
+            )
+            shards = tp_group.all_gather(mine, dim=0).tolist()
+            starts = [start for start, _ in shards]
+            self.counts = [count for _, count in shards]
+            if starts != [sum(self.counts[:r]) for r in range(len(shards))]:
+                raise DFlashConfigError(f"DFLASH tree verification: the LM head's vocabulary shards {shards} "
+                                        "are not contiguous in rank order")  # fmt: skip
+
+    def logprobs(self, hidden: torch.Tensor) -> torch.Tensor:
+        """[bs, L, H] drafter features -> [bs, L, V] log q."""
+        if self.counts is None:
+            logits = hidden.to(self.weight.dtype) @ self.weight[: self.vocab].T
+        else:
+            local = hidden.to(self.weight.dtype) @ self.weight.T  # this rank's shard, padding included
+            shards = self.group.all_gather(local.unsqueeze(0), dim=0)  # [tp, bs, L, shard rows]
+            logits = torch.cat(
+                [shard[..., :count] for shard, count in zip(shards, self.counts, strict=True)], -1
+            )
+            logits = logits[..., : self.vocab]
+        return torch.log_softmax(logits.float(), dim=-1)
 
 
 def build_trees(settings: TreeSettings, verified: torch.Tensor, logprobs: torch.Tensor) -> BatchTree:

@@ -111,9 +111,10 @@ class DFlashWorker(Drafting, BaseSpecWorker):
         self.drafter = DrafterStream(self.device, enabled=self.wants_drafter_stream(server_args))
         # How much of each block is verified: all of it, or per step (verify_width.py).
         self.widths = VerifyWidth(self.block_size, self.device, get_parallel().tp_group)
-        if self.tree is not None:
-            tree_verify.refuse_unsupported_setups(self.tree, self.block_size, server_args, self.model_runner)
-            tree_verify.refuse_varying_widths(self.tree, self.widths)
+        if self.tree is not None:  # refuses what trees do not serve yet; the drafter's log q
+            self.draft_vocab = tree_verify.prepare(
+                self.tree, self.block_size, server_args, self.model_runner, self.widths
+            )
         self.simulated = SimulatedAcceptance.for_worker(self.tree, self.block_size, self.device)
         if self.simulated is not None:
             logger.warning("dflash_sglang: %s: simulated acceptance, for benchmarking only; the "
@@ -315,7 +316,10 @@ class DFlashWorker(Drafting, BaseSpecWorker):
         info = batch.sampling_info
         adjust_verify_logits(logits, batch, block.tokens, self.penalties, grammar, grammar_barrier)
         if block.tree is not None:
-            target_tokens = tree_verify.predictions(logits, info, size, batch.reqs)
+            greedy = info is None or info.is_all_greedy
+            target_tokens = self.tp.predictions(
+                tree_verify.predictions(logits, info, size, batch.reqs), greedy
+            )
             accepted, front = tree_verify.accept(block.tree, target_tokens)
             kv_pool = self.model_runner.token_to_kv_pool
             tree_verify.move_path_to_front(front, block.cache_loc, kv_pool, target_out.logits_output)

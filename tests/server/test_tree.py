@@ -7,10 +7,11 @@ worker (host-sync check on: the tree is built, walked and compacted on the devic
 2B (K 4, N 16) and under the plain worker at 4B with 16-token pages (K 8, N 32). Temperature 1,
 under both workers: every token follows the target's law (sequential PIT with the T=0.6 negative
 control). Penalties and constrained output get a 400 naming the feature; a verify width below the
-drafter's block, and a hybrid target, fail at startup naming the switch.
+drafter's block, and a hybrid target, fail at startup naming the switch. At --tp-size 2 (overlap
+worker, N 16) greedy outputs equal the no-spec server and the oracle's verify counts.
 
-Servers: one per worker (the session's no-spec server is the reference), two refused; about 4
-minutes.
+Servers: one per worker and one at TP=2 (the session's no-spec server is the reference), two
+refused; about 5 minutes.
 """
 
 from __future__ import annotations
@@ -114,6 +115,22 @@ def test_chain_only_request_features_get_a_400_naming_them(tree_server, prompt_i
     message = refused.value.read().decode()
     assert feature in message and "--speculative-eagle-topk" in message
     assert tree_server.generate(prompt_ids[0], 4)["output_ids"]  # and the server serves on
+
+
+def test_tensor_parallel_trees_equal_nospec_and_the_oracle(pair8, prompt_ids, expected):
+    """--tp-size 2 (gloo, one core per rank), overlap worker, K 4, N 16: the sharded drafter's
+    logits gathered into whole rows on every rank, rank 0's node predictions on all. Four prompts
+    one at a time (the oracle's verify counts: the same trees as TP=1), then all 8 at once."""
+    args = ["--tp-size", "2", *tree_args(pair8, 4, 16)]
+    env = {**OVERLAP_CHECKED, "SGLANG_CPU_OMP_THREADS_BIND": "0|1"}
+    with SGLangServer(pair8.target, args, env=env) as server:
+        alone = [server.generate(ids, MAX_NEW) for ids in prompt_ids[:4]]
+        with ThreadPoolExecutor(len(prompt_ids)) as pool:
+            together = list(pool.map(lambda ids: server.generate(ids, MAX_NEW), prompt_ids))
+    assert [out["output_ids"] for out in alone] == expected[:4]
+    for ids, out in zip(prompt_ids, alone, strict=False):
+        assert out["meta_info"]["spec_verify_ct"] == len(tree_reference(pair8, ids, 15, 4).accept_lengths)
+    assert [out["output_ids"] for out in together] == expected
 
 
 def test_a_verify_width_below_the_block_fails_at_startup(pair8):
