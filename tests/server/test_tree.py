@@ -120,9 +120,12 @@ def test_chain_only_request_features_get_a_400_naming_them(tree_server, prompt_i
 def test_tensor_parallel_trees_equal_nospec_and_the_oracle(pair8, prompt_ids, expected):
     """--tp-size 2 (gloo, one core per rank), overlap worker, K 4, N 16: the sharded drafter's
     logits gathered into whole rows on every rank, rank 0's node predictions on all. Four prompts
-    one at a time (the oracle's verify counts: the same trees as TP=1), then all 8 at once."""
+    one at a time (the oracle's verify counts: the same trees as TP=1), then all 8 at once.
+    Without the host-sync check (the TP=1 trees run under it): at TP=2 that debugging guard alters
+    the sharded drafter's features, chain or tree, so acceptance drops while outputs stay exact
+    (docs/tree.md)."""
     args = ["--tp-size", "2", *tree_args(pair8, 4, 16)]
-    env = {**OVERLAP_CHECKED, "SGLANG_CPU_OMP_THREADS_BIND": "0|1"}
+    env = {"SGLANG_ENABLE_SPEC_V2": "1", "SGLANG_CPU_OMP_THREADS_BIND": "0|1"}
     with SGLangServer(pair8.target, args, env=env) as server:
         alone = [server.generate(ids, MAX_NEW) for ids in prompt_ids[:4]]
         with ThreadPoolExecutor(len(prompt_ids)) as pool:
