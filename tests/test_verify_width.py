@@ -38,3 +38,26 @@ def test_attention_dp_keeps_whole_blocks(monkeypatch):
     monkeypatch.setattr(verify_width.dp_attention, "enabled", lambda: True)
     with pytest.raises(DFlashConfigError, match="--enable-dp-attention"):
         VerifyWidth(8)
+
+
+def fake_batch(size: int, histogram_len: int = 8):
+    from types import SimpleNamespace
+
+    reqs = [SimpleNamespace(rid=f"r{size}-{i}", spec_correct_drafts_histogram=[0] * histogram_len)
+            for i in range(size)]  # fmt: skip
+    return SimpleNamespace(reqs=reqs)
+
+
+def test_adaptive_times_plain_decoding_at_each_new_batch_size(monkeypatch):
+    """Width 1's cost curve is by batch size: a wide batch first times a plain step of its own
+    instead of trusting the curve extrapolated from small batches."""
+    monkeypatch.delenv(WIDTHS_ENV, raising=False)
+    monkeypatch.setenv(verify_width.ADAPTIVE_ENV, "1")
+    widths = VerifyWidth(8)
+    times = widths.times
+    times.add(times.plain, 1, 0.010)  # batch 1 measured: plain, the block and half of it
+    times.add(times.seconds, 8, 0.030)
+    times.add(times.seconds, 4, 0.020)
+    assert widths.choose(fake_batch(32)) == 1  # a batch size never seen: plain decoding, timed
+    widths.step_done()
+    assert 32 in times.plain and not times.unmeasured_plain(32)

@@ -87,3 +87,6 @@ def test_step_times_make_non_decreasing_curves_and_keep_plain_steps_apart():
     started = times.start(2, 3)
     times.stop(started)
     assert 2 in times.plain and 6 in times.seconds
+    # Plain decoding is timed once at every batch size: extrapolating its curve from small
+    # batches could keep a wide batch off width 1.
+    assert not times.unmeasured_plain(2) and times.unmeasured_plain(32)

@@ -97,6 +97,8 @@ class VerifyWidth:
         curve = self.times.curve()
         if curve is None:  # time the whole block, half of it and plain decoding first
             width = self.times.unmeasured_width(len(batch.reqs), self.block_size) or self.block_size
+        elif self.times.unmeasured_plain(len(batch.reqs)):  # one cheap step a new batch size
+            width = 1
         else:
             width = best_width(profiles, curve, range(1, self.block_size + 1))
         if self.tp_group is not None and self.tp_group.world_size > 1:

@@ -102,6 +102,12 @@ class StepTimes:
             return None
         return StepCost(non_decreasing(self.seconds), plain_points=non_decreasing(self.plain))
 
+    def unmeasured_plain(self, batch_size: int) -> bool:
+        """Plain decoding not timed yet at this batch size. Its curve is by batch size, and one
+        extrapolated from small batches can hide width 1 at a load never seen (a wide batch of
+        requests whose drafts fail would verify width 2 forever)."""
+        return batch_size not in self.plain
+
     def unmeasured_width(self, batch_size: int, block_size: int) -> int | None:
         """A width still to time before the curves exist: the whole block, half of it, plain."""
         if not self.plain:
