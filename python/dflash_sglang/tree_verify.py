@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import torch
 from sglang.srt.configs.hybrid_arch import mambaish_config
+from sglang.srt.runtime_context import get_parallel
 
 from .accept import Acceptance
 from .config import DFlashConfigError
@@ -31,8 +32,6 @@ from .verify_width import ADAPTIVE_ENV, WIDTHS_ENV
 
 def prepare(settings: TreeSettings, block_size: int, server_args, model_runner, widths) -> DraftVocab:
     """At startup: refuse what the tree path does not serve yet; the drafter's vocabulary."""
-    from sglang.srt.runtime_context import get_parallel
-
     refuse_unsupported_setups(settings, block_size, server_args, model_runner)
     refuse_varying_widths(settings, widths)
     lm_head = model_runner.model.lm_head  # vocab-parallel over its own group, as the chain's argmax
