@@ -97,6 +97,7 @@ def build_batch_trees(
     """One DDTree per request: root_tokens [bs], draft_logprobs [bs, L, V] (log q_d per mask
     position) -> a BatchTree of N = budget + 1 nodes per request. `max_children` caps the children
     of a node at the K most probable tokens of their depth, as in tree.build_tree."""
+    draft_logprobs = draft_logprobs[:, :budget]  # no prefix of a budget-b tree is deeper than b
     bs, depth_cap, vocab = draft_logprobs.shape
     device = draft_logprobs.device
     width = min(budget, vocab, max_children or vocab)
@@ -176,7 +177,7 @@ def path_tokens(tree: BatchTree, accepted: BatchTreeAcceptance) -> Acceptance:
     drafts in depth order followed by the bonus, in a [bs, L + 1] block; the rest is 0."""
     drafts = accepted.accept_index[:, 1:]
     tokens = torch.where(drafts >= 0, tree.tokens.gather(1, drafts.clamp_min(0)), 0)
-    tokens = torch.cat([tokens, torch.zeros_like(tokens[:, :1])], dim=1)
+    tokens = torch.cat([tokens, tokens.new_zeros(tokens.shape[0], 1)], dim=1)
     lengths = accepted.accept_lens
     tokens = tokens.scatter(1, (lengths - 1).unsqueeze(-1), accepted.bonus.unsqueeze(-1))
     return Acceptance(lengths, tokens)
