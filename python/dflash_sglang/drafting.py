@@ -61,7 +61,7 @@ class Drafting:
         if size > 1:
             hidden, draft_loc = self.run_drafter(batch, state, block_ids, positions, cache_loc, kv_plan)
             if self.tree is not None:
-                return self.tree_block(batch, state.bonus_tokens, hidden, host_lens)
+                return self.tree_block(batch, state.bonus_tokens, hidden, host_lens, width)
             block_ids[:, 1:] = self.argmax_drafts(hidden).view(bs, size - 1)
         if draft_loc is None:
             draft_loc = kv_plan.write_ids(self.draft_runner.kv_index_translator).view(bs, size)
@@ -118,8 +118,8 @@ class Drafting:
             hidden.flatten(0, 1), lm_head, getattr(lm_head, "tp_group", get_parallel().tp_group)
         )
 
-    def tree_block(self, batch, verified, hidden, host_lens) -> Block:
-        tree = tree_verify.build_trees(self.tree, verified, self.draft_vocab.logprobs(hidden))
+    def tree_block(self, batch, verified, hidden, host_lens, width: int) -> Block:
+        tree = tree_verify.build_trees(self.tree, verified, self.draft_vocab.logprobs(hidden), width)
         translators = (self.model_runner.kv_index_translator, self.draft_runner.kv_index_translator)
         req_to_token = self.model_runner.req_to_token_pool.req_to_token
         return tree_verify.tree_block(Block, tree, batch, req_to_token, *translators, host_lens)

@@ -77,6 +77,11 @@ def mark_device_data(tensors: Iterable) -> None:
             setattr(tensor, _MARK, True)
 
 
+def landed_on_host(tensor: torch.Tensor) -> None:
+    """A host copy whose copy has finished (host_copies.py): reading it does not wait."""
+    setattr(tensor, _MARK, False)
+
+
 def holds_device_data(tensor) -> bool:
     return isinstance(tensor, torch.Tensor) and getattr(tensor, _MARK, False)
 

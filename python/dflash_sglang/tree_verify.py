@@ -27,13 +27,11 @@ from .config import DFlashConfigError
 from .target_law import plan_for, row_laws
 from .tree_batch import BatchTree, build_batch_trees, follow_batch, path_tokens
 from .tree_switches import TreeSettings
-from .verify_width import ADAPTIVE_ENV, WIDTHS_ENV
 
 
-def prepare(settings: TreeSettings, block_size: int, server_args, model_runner, widths) -> DraftVocab:
+def prepare(settings: TreeSettings, block_size: int, server_args, model_runner) -> DraftVocab:
     """At startup: refuse what the tree path does not serve yet; the drafter's vocabulary."""
     refuse_unsupported_setups(settings, block_size, server_args, model_runner)
-    refuse_varying_widths(settings, widths)
     lm_head = model_runner.model.lm_head  # vocab-parallel over its own group, as the chain's argmax
     group = getattr(lm_head, "tp_group", get_parallel().tp_group)
     return DraftVocab(lm_head, group, model_runner.model_config.vocab_size)
@@ -58,14 +56,6 @@ def refuse_unsupported_setups(settings: TreeSettings, block_size: int, server_ar
     for what, present in refusals.items():
         if present:
             raise DFlashConfigError(f"{option} with {what}: not supported yet; drop one of the two")
-
-
-def refuse_varying_widths(settings: TreeSettings, widths) -> None:
-    if widths.pattern or widths.adaptive:
-        raise DFlashConfigError(
-            f"--speculative-eagle-topk {settings.max_children} (DFLASH tree verification) with "
-            f"{WIDTHS_ENV} or {ADAPTIVE_ENV}: a tree verifies its N nodes every step; unset them"
-        )
 
 
 class DraftVocab:
@@ -105,8 +95,11 @@ class DraftVocab:
         return torch.log_softmax(logits.float(), dim=-1)
 
 
-def build_trees(settings: TreeSettings, verified: torch.Tensor, logprobs: torch.Tensor) -> BatchTree:
-    return build_batch_trees(verified, logprobs, settings.budget, settings.max_children)
+def build_trees(
+    settings: TreeSettings, verified: torch.Tensor, logprobs: torch.Tensor, width: int
+) -> BatchTree:
+    """Trees of `width` nodes (the step's verify width, at most N: tree_widths.py)."""
+    return build_batch_trees(verified, logprobs, width - 1, settings.max_children)
 
 
 def tree_block(block_cls, tree: BatchTree, batch, req_to_token, translator, draft_translator, host_lens):

@@ -11,6 +11,9 @@ rank must choose the same width (the verify collectives would desynchronise othe
 choice depends only on the step count and host state every rank shares. Under attention DP the
 scheduler announces each rank's token count as bs x B before the step, so the width stays B.
 
+Trees (`--speculative-eagle-topk K > 1`): a width w is a tree of w nodes, budget w - 1, up to the
+N of `--speculative-num-draft-tokens`; the policy considers the budgets of tree_widths.py.
+
 Switches: `DFLASH_SGLANG_ADAPTIVE_WIDTH=1` chooses each step's width by expected committed tokens
 per second (width_policy.py, from width_stats.py's per-request acceptance and measured step times;
 rank 0's choice on every TP rank). `DFLASH_SGLANG_VERIFY_WIDTHS="8,1,4"` forces a cycle of widths
@@ -28,6 +31,7 @@ import torch
 
 from . import dp_attention
 from .config import DFlashConfigError
+from .tree_widths import TreeAcceptance, tree_widths
 from .width_policy import best_width
 from .width_stats import RequestAcceptance, StepTimes
 
@@ -45,8 +49,8 @@ def adaptive_requested() -> bool:
     return on
 
 
-def forced_widths(block_size: int) -> tuple[int, ...]:
-    """The forced cycle of widths, or () when none is set; each must be in 1..block_size."""
+def forced_widths(widest: int) -> tuple[int, ...]:
+    """The forced cycle of widths, or () when none is set; each must be in 1..widest."""
     text = os.environ.get(WIDTHS_ENV, "").strip()
     if not text:
         return ()
@@ -54,21 +58,31 @@ def forced_widths(block_size: int) -> tuple[int, ...]:
         widths = tuple(int(part) for part in text.split(","))
     except ValueError:
         raise DFlashConfigError(f"{WIDTHS_ENV}={text!r}: expected comma-separated integers") from None
-    if not widths or any(not 1 <= w <= block_size for w in widths):
-        raise DFlashConfigError(f"{WIDTHS_ENV}={text!r}: each width must be in 1..{block_size} (the block)")
+    if not widths or any(not 1 <= w <= widest for w in widths):
+        raise DFlashConfigError(
+            f"{WIDTHS_ENV}={text!r}: each width must be in 1..{widest} (the block, or a tree's N nodes)"
+        )
     if dp_attention.enabled():
         raise DFlashConfigError(f"{WIDTHS_ENV} with --enable-dp-attention: DP ranks verify whole blocks")
     return widths
 
 
 class VerifyWidth:
-    """The width of every decode step: the block size, the forced cycle, or the adaptive choice."""
+    """The width of every decode step: the widest (the block, or a tree's N nodes), the forced
+    cycle, or the adaptive choice."""
 
-    def __init__(self, block_size: int, device="cpu", tp_group=None):
-        self.block_size, self.tp_group = block_size, tp_group
-        self.pattern = forced_widths(block_size)
+    def __init__(self, block_size: int, device="cpu", tp_group=None, tree_nodes: int | None = None):
+        self.widest, self.tp_group = tree_nodes or block_size, tp_group
+        self.pattern = forced_widths(self.widest)
         self.adaptive = not self.pattern and adaptive_requested()
-        self.acceptance = RequestAcceptance(block_size - 1) if self.adaptive else None
+        self.candidates = tree_widths(self.widest) if tree_nodes else range(1, block_size + 1)
+        self.acceptance = None
+        if self.adaptive:
+            self.acceptance = (
+                TreeAcceptance(self.candidates, block_size - 1, device)
+                if tree_nodes
+                else RequestAcceptance(block_size - 1)
+            )
         self.times = StepTimes(device) if self.adaptive else None
         self.steps, self.ran, self.step_started = 0, Counter(), None
 
@@ -84,7 +98,7 @@ class VerifyWidth:
         elif self.adaptive:
             width = self.adaptive_choice(batch)
         else:
-            return self.block_size
+            return self.widest
         self.steps += 1
         self.ran[width] += 1
         if self.steps % REPORT_EVERY == 0:  # what ran, when the width varies
@@ -96,16 +110,21 @@ class VerifyWidth:
         profiles = self.acceptance.profiles(batch.reqs)
         curve = self.times.curve()
         if curve is None:  # time the whole block, half of it and plain decoding first
-            width = self.times.unmeasured_width(len(batch.reqs), self.block_size) or self.block_size
+            width = self.times.unmeasured_width(len(batch.reqs), self.widest) or self.widest
         elif self.times.unmeasured_plain(len(batch.reqs)):  # one cheap step a new batch size
             width = 1
         else:
-            width = best_width(profiles, curve, range(1, self.block_size + 1))
+            width = best_width(profiles, curve, self.candidates)
         if self.tp_group is not None and self.tp_group.world_size > 1:
             width = self.tp_group.broadcast_object(width)  # rank 0's timings decide for all
         self.acceptance.verified(batch.reqs, width)
         self.step_started = self.times.start(len(batch.reqs), width)
         return width
+
+    def walked(self, reqs, front: torch.Tensor, lengths: torch.Tensor) -> None:
+        """A tree step's accepted path (tree_verify.accept): what each budget would have accepted."""
+        if self.adaptive and isinstance(self.acceptance, TreeAcceptance):
+            self.acceptance.walked(reqs, front, lengths)
 
     def step_done(self) -> None:
         """The decode step that `choose` sized has been issued in full (times it, adaptive only)."""

@@ -109,12 +109,11 @@ class DFlashWorker(Drafting, BaseSpecWorker):
             refuse_unsupported_setups(server_args, self.window_size)
         self.window: DraftWindow | None = None
         self.drafter = DrafterStream(self.device, enabled=self.wants_drafter_stream(server_args))
-        # How much of each block is verified: all of it, or per step (verify_width.py).
-        self.widths = VerifyWidth(self.block_size, self.device, get_parallel().tp_group)
+        # How much of each block (or how many tree nodes) a step verifies (verify_width.py).
+        tree_nodes = self.tree.width if self.tree else None
+        self.widths = VerifyWidth(self.block_size, self.device, get_parallel().tp_group, tree_nodes)
         if self.tree is not None:  # refuses what trees do not serve yet; the drafter's log q
-            self.draft_vocab = tree_verify.prepare(
-                self.tree, self.block_size, server_args, self.model_runner, self.widths
-            )
+            self.draft_vocab = tree_verify.prepare(self.tree, self.block_size, server_args, self.model_runner)
         self.simulated = SimulatedAcceptance.for_worker(self.tree, self.block_size, self.device)
         if self.simulated is not None:
             logger.warning("dflash_sglang: %s: simulated acceptance, for benchmarking only; the "
@@ -130,7 +129,9 @@ class DFlashWorker(Drafting, BaseSpecWorker):
             "on" if self.drafter.active else "off",
             ", host-sync check on" if self.check_host_sync else "",
             self.block_size,
-            self.widths.describe if self.tree is None else f"a tree of {self.tree.width} nodes",
+            self.widths.describe
+            if self.tree is None
+            else f"a tree of {self.tree.width} nodes, {self.widths.describe}",
             self.window_size or "off",
             config.num_hidden_layers,
             list(config.target_layer_ids),
@@ -304,7 +305,7 @@ class DFlashWorker(Drafting, BaseSpecWorker):
         batch.seq_lens_cpu, batch.seq_lens_sum = committed_cpu, committed_sum
         if dp:
             dp_attention.run_eager_if_peers_differ(forward_batch, batch)
-        if size != self.block_size:  # the verify graphs are captured for whole blocks
+        if size != self.widths.widest:  # the verify graphs are captured for the widest steps
             forward_batch.can_run_decode_cuda_graph = False
         target_out = self.target_worker.forward_batch_generation(
             batch=None,
@@ -321,6 +322,7 @@ class DFlashWorker(Drafting, BaseSpecWorker):
                 tree_verify.predictions(logits, info, size, batch.reqs), greedy
             )
             accepted, front = tree_verify.accept(block.tree, target_tokens)
+            self.widths.walked(batch.reqs, front, accepted.lengths)  # what smaller trees would take
             kv_pool = self.model_runner.token_to_kv_pool
             tree_verify.move_path_to_front(front, block.cache_loc, kv_pool, target_out.logits_output)
             return target_out, accepted

@@ -1,0 +1,118 @@
+"""Tree budgets as verify widths: what the adaptive width knows of trees (docs/adaptive.md).
+
+With `--speculative-eagle-topk K > 1`, a step of width w verifies a tree of w nodes (budget w - 1;
+w = 1 is plain decoding). The adaptive policy picks w among a few budgets (0, 1, 2, 4, 8, ... and
+the whole N - 1) by the chain's rule, expected committed tokens per second
+(width_policy.best_width); this module gives it each request's expected accepted drafts per budget.
+
+Best-first trees nest: the tree of budget b is the first b + 1 nodes of every larger budget's tree
+(node order is the pop order, tree_batch.py), and node ids grow along every root path. So one step
+at budget b shows what every budget c <= b would have accepted, from the same target draws (so at
+temperature > 0 too): the accepted path's nodes with ids <= c. Each request keeps the mean of that
+per budget, censored at the budget that ran (as a chain's positions are censored at its width),
+and a new request starts from the server's pooled means. The counts are computed on the device and
+read on the host a step later (host_copies.py): no host sync.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from .host_copies import LaggedHostCopies
+
+
+def tree_widths(widest: int) -> list[int]:
+    """The widths the policy considers for trees of at most `widest` nodes: plain decoding, the
+    budgets 1, 2, 4, 8, ... below the whole tree, and the whole tree."""
+    widths, budget = {1, widest}, 1
+    while budget + 1 < widest:
+        widths.add(budget + 1)
+        budget *= 2
+    return sorted(widths)
+
+
+def accepted_within(front: torch.Tensor, lengths: torch.Tensor, budgets: torch.Tensor) -> torch.Tensor:
+    """[bs, C]: the drafts each budget would have accepted. front[:, d] is the accepted path's node
+    at depth d for d < lengths (tree_verify.accept); a budget c keeps the path's nodes with id <= c."""
+    depth = torch.arange(front.shape[1], device=front.device)
+    on_path = (depth >= 1) & (depth < lengths.unsqueeze(1))
+    nodes = torch.where(on_path, front, front.shape[1])  # off the path: above every budget
+    return (nodes.unsqueeze(-1) <= budgets).sum(1)
+
+
+@dataclass
+class TreeAcceptanceProfile:
+    """One request's mean accepted drafts per tree budget, with `prior_means` worth
+    `prior_weight` steps."""
+
+    budgets: Sequence[int]  # increasing
+    prior_means: Sequence[float]
+    prior_weight: float = 4.0
+    sums: list[float] = field(default_factory=list)
+    steps: list[int] = field(default_factory=list)
+
+    def __post_init__(self):
+        self.sums = self.sums or [0.0] * len(self.budgets)
+        self.steps = self.steps or [0] * len(self.budgets)
+
+    def record(self, budget_ran: int, accepted: Sequence[int]) -> None:
+        """A step at `budget_ran`; accepted[k] is what budgets[k] would have accepted (censored:
+        larger budgets than the one that ran learn nothing)."""
+        for k, budget in enumerate(self.budgets):
+            if budget <= budget_ran:
+                self.sums[k] += accepted[k]
+                self.steps[k] += 1
+
+    def means(self) -> list[float]:
+        """Per budget, non-decreasing: a larger tree holds the smaller one."""
+        out, most, w = [], 0.0, self.prior_weight
+        for total, steps, prior in zip(self.sums, self.steps, self.prior_means, strict=True):
+            most = max(most, (total + w * prior) / (steps + w))
+            out.append(most)
+        return out
+
+    def expected_tokens(self, width: int) -> float:
+        """The bonus token plus the accepted drafts at the largest budget a width-`width` tree holds."""
+        fitting = [mean for budget, mean in zip(self.budgets, self.means(), strict=True) if budget < width]
+        return 1.0 + (fitting[-1] if fitting else 0.0)
+
+
+class TreeAcceptance:
+    """Every request's TreeAcceptanceProfile, fed by the walks of tree steps (`walked`)."""
+
+    def __init__(self, widths: Sequence[int], depth_cap: int, device, keep: int = 4096):
+        self.budgets = [width - 1 for width in widths]
+        self.budgets_on_device = torch.tensor(self.budgets, device=device)
+        self.copies = LaggedHostCopies(device)
+        self.keep = keep
+        self.entries: dict[str, TreeAcceptanceProfile] = {}
+        # Before any step: a chain's flat prior (each draft accepted with probability 1/2).
+        flat = [1 - 0.5 ** min(budget, depth_cap) for budget in self.budgets]
+        self.pooled = TreeAcceptanceProfile(self.budgets, flat, prior_weight=1.0)
+
+    def walked(self, reqs, front: torch.Tensor, lengths: torch.Tensor) -> None:
+        """A tree step of width front.shape[1] was walked: start copying what each budget accepted."""
+        counts = accepted_within(front, lengths, self.budgets_on_device)
+        self.copies.put(counts, ([req.rid for req in reqs], front.shape[1] - 1))
+
+    def verified(self, reqs, width: int) -> None:
+        """Nothing: the walk reports (`walked`); plain steps accept no drafts at any budget."""
+
+    def profiles(self, reqs) -> list[TreeAcceptanceProfile]:
+        for (rids, budget), counts in self.copies.landed():
+            for rid, accepted in zip(rids, counts.tolist(), strict=True):
+                self._profile(rid).record(budget, accepted)
+                self.pooled.record(budget, accepted)
+        return [self._profile(req.rid) for req in reqs]
+
+    def _profile(self, rid: str) -> TreeAcceptanceProfile:
+        profile = self.entries.get(rid)
+        if profile is None:
+            if len(self.entries) >= self.keep:  # forget the oldest requests, long finished
+                for old in list(self.entries)[: self.keep // 2]:
+                    del self.entries[old]
+            profile = self.entries[rid] = TreeAcceptanceProfile(self.budgets, self.pooled.means())
+        return profile
