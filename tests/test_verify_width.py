@@ -61,3 +61,22 @@ def test_adaptive_times_plain_decoding_at_each_new_batch_size(monkeypatch):
     assert widths.choose(fake_batch(32)) == 1  # a batch size never seen: plain decoding, timed
     widths.step_done()
     assert 32 in times.plain and not times.unmeasured_plain(32)
+
+
+def test_adaptive_explores_one_width_wider_every_so_often(monkeypatch):
+    """Drafts that fail for every request: plain decoding wins, yet every EXPLORE_EVERY-th step
+    verifies width 2, so drafts that start to fit would be seen."""
+    monkeypatch.delenv(WIDTHS_ENV, raising=False)
+    monkeypatch.setenv(verify_width.ADAPTIVE_ENV, "1")
+    widths = VerifyWidth(8)
+    times = widths.times
+    times.add(times.plain, 1, 0.010)
+    times.add(times.seconds, 8, 0.030)
+    times.add(times.seconds, 4, 0.020)
+    batch = fake_batch(1)
+    widths.acceptance.pooled.accepted = [0] * 7
+    widths.acceptance.pooled.reached = [1000] * 7
+    chosen = [widths.choose(batch) for _ in range(3 * verify_width.EXPLORE_EVERY)]
+    explored = [i for i, width in enumerate(chosen) if width != 1]
+    every = verify_width.EXPLORE_EVERY
+    assert explored == [every - 1, 2 * every - 1, 3 * every - 1] and {chosen[i] for i in explored} == {2}

@@ -10,7 +10,8 @@ Best-first trees nest: the tree of budget b is the first b + 1 nodes of every la
 at budget b shows what every budget c <= b would have accepted, from the same target draws (so at
 temperature > 0 too): the accepted path's nodes with ids <= c. Each request keeps the mean of that
 per budget, censored at the budget that ran (as a chain's positions are censored at its width),
-and a new request starts from the server's pooled means. The counts are computed on the device and
+on top of the server's pooled means (worth a few steps; the latest ones, since the first steps of
+a server see little). The counts are computed on the device and
 read on the host a step later (host_copies.py): no host sync.
 """
 
@@ -106,7 +107,11 @@ class TreeAcceptance:
             for rid, accepted in zip(rids, counts.tolist(), strict=True):
                 self._profile(rid).record(budget, accepted)
                 self.pooled.record(budget, accepted)
-        return [self._profile(req.rid) for req in reqs]
+        pooled = self.pooled.means()
+        profiles = [self._profile(req.rid) for req in reqs]
+        for profile in profiles:
+            profile.prior_means = pooled  # the server's latest, not what its first steps saw
+        return profiles
 
     def _profile(self, rid: str) -> TreeAcceptanceProfile:
         profile = self.entries.get(rid)

@@ -40,6 +40,10 @@ logger = logging.getLogger(__name__)
 WIDTHS_ENV = "DFLASH_SGLANG_VERIFY_WIDTHS"
 ADAPTIVE_ENV = "DFLASH_SGLANG_ADAPTIVE_WIDTH"
 REPORT_EVERY = 100  # steps between log lines of the widths that ran (SGLang logs decode every 40)
+# Every so many adaptive steps, one candidate wider than the choice: a step verifies only its own
+# width's drafts, so without it a policy that settled narrow (plain decoding above all, which
+# tests no draft) would never see the drafts beyond it improve.
+EXPLORE_EVERY = 16
 
 
 def adaptive_requested() -> bool:
@@ -115,6 +119,8 @@ class VerifyWidth:
             width = 1
         else:
             width = best_width(profiles, curve, self.candidates)
+            if self.steps % EXPLORE_EVERY == EXPLORE_EVERY - 1:
+                width = next((w for w in self.candidates if w > width), width)
         if self.tp_group is not None and self.tp_group.world_size > 1:
             width = self.tp_group.broadcast_object(width)  # rank 0's timings decide for all
         self.acceptance.verified(batch.reqs, width)

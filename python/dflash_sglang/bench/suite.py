@@ -10,8 +10,8 @@ at block sizes 4 and 16 (the pair's drafter is trained at 8: acceptance per bloc
 --docs (docs/benchmarks.md). Then the same at `--tp-size 2` (two ranks over gloo, one core each):
 no speculation, our overlap worker and SGLang's built-in, into `tiny-cpu-tp2.*` and the
 `make bench tp2` markers. Then trees (`--speculative-eagle-topk`) against the chain and no
-speculation, into `tiny-cpu-tree.*` and the `make bench tree` markers. A server that fails to
-start is reported as such; the others run.
+speculation, fixed and with the adaptive width choosing tree budgets, into `tiny-cpu-tree.*` and
+the `make bench tree` markers. A server that fails to start is reported as such; the others run.
 """
 
 from __future__ import annotations
@@ -78,12 +78,15 @@ TP2_VARIANTS = [
 OVERLAP = {"SGLANG_ENABLE_SPEC_V2": "1"}
 
 
-def tree_variant(topk: int, width: int) -> Variant:
+def tree_variant(topk: int, width: int, adaptive: bool = False) -> Variant:
     notes = f"our worker, SGLANG_ENABLE_SPEC_V2=1, --speculative-eagle-topk {topk} "
     notes += f"--speculative-num-draft-tokens {width}"
+    env = {**OVERLAP, "DFLASH_SGLANG_ADAPTIVE_WIDTH": "1"} if adaptive else OVERLAP
+    notes += ", DFLASH_SGLANG_ADAPTIVE_WIDTH=1 (tree budgets as widths)" if adaptive else ""
     # N travels as the block: the suite passes it as --speculative-num-draft-tokens.
     args = ("--speculative-eagle-topk", str(topk))
-    return Variant(f"tree k{topk} n{width}", True, OVERLAP, notes, block=width, args=args)
+    label = f"tree k{topk} n{width}" + (" adaptive" if adaptive else "")
+    return Variant(label, True, env, notes, block=width, args=args)
 
 
 TREE_VARIANTS = [
@@ -92,6 +95,7 @@ TREE_VARIANTS = [
     tree_variant(4, 16),
     tree_variant(8, 32),
     tree_variant(8, 64),
+    tree_variant(8, 64, adaptive=True),
 ]
 
 # Output name -> its variants (the first is the baseline) and its markers in docs/benchmarks.md.
