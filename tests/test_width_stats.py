@@ -70,14 +70,14 @@ def test_a_new_request_starts_from_the_pooled_acceptance():
 
 
 def test_step_times_make_non_decreasing_curves_and_keep_plain_steps_apart():
-    times = StepTimes("cpu", smoothing=0.5)
+    times = StepTimes("cpu")
     assert times.unmeasured_width(4, B) == 1  # plain decoding first, then the block, then half
     times.add(times.plain, 4, 0.004)
     assert times.unmeasured_width(4, B) == B
     times.add(times.seconds, 4 * B, 0.010)
     assert times.curve() is None and times.unmeasured_width(4, B) == B // 2
     times.add(times.seconds, 64, 0.008)  # noise: more tokens measured faster
-    times.add(times.seconds, 4 * B, 0.020)  # averaged: 0.015
+    times.add(times.seconds, 4 * B, 0.020)  # the median of the two: 0.015
     curve = times.curve()
     assert curve.target(4 * B) == pytest.approx(0.015)
     assert curve.target(64) == pytest.approx(0.015)
@@ -90,3 +90,16 @@ def test_step_times_make_non_decreasing_curves_and_keep_plain_steps_apart():
     # Plain decoding is timed once at every batch size: extrapolating its curve from small
     # batches could keep a wide batch off width 1.
     assert not times.unmeasured_plain(2) and times.unmeasured_plain(32)
+
+
+def test_one_slow_step_does_not_reprice_a_width():
+    """A CPU hiccup (one step 10x slower) leaves the median of the recent steps where it was."""
+    times = StepTimes("cpu", window=5)
+    times.add(times.plain, 1, 0.003)
+    for seconds in (0.009, 0.009, 0.090, 0.009):
+        times.add(times.seconds, 64, seconds)
+    times.add(times.seconds, 32, 0.007)
+    assert times.curve().target(64) == pytest.approx(0.009)
+    for _ in range(5):  # the step really got slower: five in a row move it
+        times.add(times.seconds, 64, 0.020)
+    assert times.curve().target(64) == pytest.approx(0.020)

@@ -17,6 +17,7 @@ read on the host a step later (host_copies.py): no host sync.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -76,9 +77,12 @@ class TreeAcceptanceProfile:
         return out
 
     def expected_tokens(self, width: int) -> float:
-        """The bonus token plus the accepted drafts at the largest budget a width-`width` tree holds."""
-        fitting = [mean for budget, mean in zip(self.budgets, self.means(), strict=True) if budget < width]
-        return 1.0 + (fitting[-1] if fitting else 0.0)
+        return self.expected_tokens_at([width])[0]
+
+    def expected_tokens_at(self, widths: Sequence[int]) -> list[float]:
+        """The bonus token plus the accepted drafts at the largest budget each width's tree holds."""
+        means = [0.0, *self.means()]  # non-decreasing: the largest budget below w is the best
+        return [1.0 + means[bisect.bisect_left(self.budgets, width)] for width in widths]
 
 
 class TreeAcceptance:

@@ -88,18 +88,25 @@ class AcceptanceProfile:
         ]
 
     def expected_tokens(self, width: int) -> float:
-        total, chain = 1.0, 1.0
-        for q in self.acceptance()[: width - 1]:
+        return self.expected_tokens_at([width])[0]
+
+    def expected_tokens_at(self, widths: Sequence[int]) -> list[float]:
+        """expected_tokens at every width, from one pass over the positions."""
+        totals, chain = [1.0], 1.0  # totals[w - 1]: expected tokens at width w
+        for q in self.acceptance()[: max(widths) - 1]:
             chain *= q
-            total += chain
-        return total
+            totals.append(totals[-1] + chain)
+        return [totals[min(w, len(totals)) - 1] for w in widths]
 
 
-def best_width(profiles: Sequence[AcceptanceProfile], cost: StepCost, widths: Sequence[int]) -> int:
-    """The width of `widths` with the most expected committed tokens per second (ties: smaller)."""
-    bs = len(profiles)
-
-    def rate(width: int) -> float:
-        return sum(p.expected_tokens(width) for p in profiles) / cost.step(bs, width)
-
-    return max(sorted(widths), key=lambda w: (rate(w), -w))
+def best_width(profiles: Sequence, cost: StepCost, widths: Sequence[int]) -> int:
+    """The width of `widths` with the most expected committed tokens per second (ties: smaller).
+    A profile gives `expected_tokens_at(widths)`: a chain's AcceptanceProfile, or a tree's
+    (tree_widths.py)."""
+    widths = sorted(widths)
+    totals = [0.0] * len(widths)
+    for profile in profiles:  # once per request: the policy runs every step
+        for k, tokens in enumerate(profile.expected_tokens_at(widths)):
+            totals[k] += tokens
+    rates = [total / cost.step(len(profiles), width) for total, width in zip(totals, widths, strict=True)]
+    return max(zip(widths, rates, strict=True), key=lambda pair: (pair[1], -pair[0]))[0]

@@ -7,8 +7,9 @@
   histogram lags one step: the pairing is by order, so the lag costs nothing but freshness.
   Every step also feeds a pooled profile of all requests, and a new request starts from it (a
   request's first steps are sized by what drafts achieve on this server, not by a flat prior).
-- Step cost: the seconds of each decode step by its verify tokens (batch size x width), an
-  exponential average per token count; steps of width 1 (no drafter) kept apart, by batch size.
+- Step cost: the seconds of each decode step by its verify tokens (batch size x width), the
+  median of the last few steps per token count (one slow step, a CPU's scheduling hiccup, must not
+  price a width out until it runs again); steps of width 1 (no drafter) kept apart, by batch size.
   Timed with CUDA events read a step later (never waiting) on a GPU, or the host clock on a CPU,
   where the step computes synchronously.
 Nothing here reads device data on the host.
@@ -16,6 +17,7 @@ Nothing here reads device data on the host.
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections import deque
 
@@ -64,11 +66,11 @@ class RequestAcceptance:
 class StepTimes:
     """Seconds per decode step by verify tokens, as steps finish."""
 
-    def __init__(self, device, smoothing: float = 0.2):
+    def __init__(self, device, window: int = 5):
         self.on_gpu = torch.device(device).type == "cuda"
-        self.smoothing = smoothing
-        self.seconds: dict[int, float] = {}  # drafted steps, by verify tokens
-        self.plain: dict[int, float] = {}  # width-1 steps (no drafter), by batch size
+        self.window = window
+        self.seconds: dict[int, deque] = {}  # drafted steps' recent seconds, by verify tokens
+        self.plain: dict[int, deque] = {}  # width-1 steps' (no drafter), by batch size
         self.open: deque = deque()  # steps not read yet
 
     def start(self, batch_size: int, width: int):
@@ -92,8 +94,7 @@ class StepTimes:
             self.add(*key, time.perf_counter() - start)
 
     def add(self, table: dict, count: int, seconds: float) -> None:
-        old = table.get(count)
-        table[count] = seconds if old is None else old + self.smoothing * (seconds - old)
+        table.setdefault(count, deque(maxlen=self.window)).append(seconds)
 
     def curve(self) -> StepCost | None:
         """The cost curves over the counts seen (made non-decreasing: more tokens never cost less,
@@ -118,9 +119,9 @@ class StepTimes:
         return None
 
 
-def non_decreasing(table: dict[int, float]) -> list[tuple[int, float]]:
+def non_decreasing(table: dict[int, deque]) -> list[tuple[int, float]]:
     points, most = [], 0.0
-    for count, seconds in sorted(table.items()):
-        most = max(most, seconds)
+    for count, recent in sorted(table.items()):
+        most = max(most, statistics.median(recent))
         points.append((count, most))
     return points
