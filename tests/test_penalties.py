@@ -10,7 +10,14 @@ from __future__ import annotations
 
 import torch
 
-from dflash_sglang.penalties import PenaltyLedger, PenaltyParams, apply_block_penalties, block_pairs
+from dflash_sglang.penalties import (
+    PenaltyLedger,
+    PenaltyParams,
+    apply_block_penalties,
+    apply_tree_penalties,
+    block_pairs,
+)
+from dflash_sglang.tree_batch import build_batch_trees
 
 VOCAB = 12
 
@@ -60,6 +67,34 @@ def test_block_penalties_equal_token_by_token_penalties():
         for i in range(bs):
             for k in range(size):
                 history = histories[i] + block[i, 1 : k + 1].tolist()
+                want = reference_penalties(
+                    logits[i, k], history, frequency[i], presence[i], repetition[i], int(min_new[i]), stop_ids
+                )
+                torch.testing.assert_close(got[i, k], want, rtol=1e-6, atol=1e-6)
+
+
+def test_tree_penalties_equal_token_by_token_penalties_along_each_root_path():
+    """A tree node's history is the committed tokens plus the drafts on its root path; it emits
+    generated token number lengths + its depth."""
+    stop_ids = [10, 11]
+    for seed in range(20):
+        histories, _, _, frequency, presence, repetition, min_new = random_case(seed)
+        bs = len(histories)
+        gen = torch.Generator().manual_seed(100 + seed)
+        draft_logprobs = torch.log_softmax(torch.randn(bs, 4, VOCAB, generator=gen) * 2, -1)
+        roots = torch.tensor([h[-1] for h in histories])
+        tree = build_batch_trees(roots, draft_logprobs, budget=9, max_children=3)
+        logits = torch.randn(bs, tree.num_nodes, VOCAB, generator=gen) * 3
+        counts = torch.stack([torch.bincount(torch.tensor(h), minlength=VOCAB).float() for h in histories])
+        lengths = torch.tensor([len(h) for h in histories])
+        params = PenaltyParams(frequency, presence, repetition, min_new, torch.tensor([stop_ids] * bs))
+        got = logits.clone()
+        apply_tree_penalties(got, tree, counts, lengths, params)
+        for i in range(bs):
+            one = tree.unbatch(i)
+            for k in range(tree.num_real):
+                path = one.root_path(k)[1:]  # the drafts from depth 1 down to k
+                history = histories[i] + one.tokens[path].tolist()
                 want = reference_penalties(
                     logits[i, k], history, frequency[i], presence[i], repetition[i], int(min_new[i]), stop_ids
                 )

@@ -12,6 +12,7 @@ their prefill values. Here the worker keeps the count itself:
     block position k of `[b, d_1 .. d_{B-1}]` predicts the token after d_k; when the target gets
                     there, the generated tokens are the committed ones (b included) plus
                     d_1 .. d_k, so that is what position k's penalties count
+    tree node k     the drafts on its root path take the place of d_1 .. d_k
 
 The order is the no-spec server's (`SamplingBatchInfo._apply_pre_grammar_logits_transforms`):
 the additive penalties (frequency, presence, min_new_tokens), then repetition's scaling.
@@ -120,9 +121,15 @@ class PenaltyLedger:
         self.counts.index_put_((rows, tokens), emitted.to(self.counts.dtype), accumulate=True)
         self.lengths[slots] += lengths.to(self.lengths.dtype)
 
-    def apply(self, logits: torch.Tensor, slots: torch.Tensor, block: torch.Tensor, params: PenaltyParams):
-        """Penalise [bs, B, V] verify logits in place; `block` is [bs, B] = [b, d_1 .. d_{B-1}]."""
-        apply_block_penalties(logits, block, self.counts[slots], self.lengths[slots], params)
+    def apply(self, logits: torch.Tensor, slots: torch.Tensor, block: torch.Tensor, params: PenaltyParams,
+              tree=None):  # fmt: skip
+        """Penalise [bs, B, V] verify logits in place; `block` is [bs, B] = [b, d_1 .. d_{B-1}],
+        or a tree's nodes (`tree`, a tree_batch.BatchTree)."""
+        counts, lengths = self.counts[slots], self.lengths[slots]
+        if tree is None:
+            apply_block_penalties(logits, block, counts, lengths, params)
+        else:
+            apply_tree_penalties(logits, tree, counts, lengths, params)
 
 
 def block_pairs(size: int, device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -172,10 +179,36 @@ def apply_block_penalties(
         logits.index_put_((rows, positions, drafts), scaled)
 
 
-def ban_min_new_stop_tokens(logits, lengths, min_new_tokens, stop_ids) -> None:
-    """Position k of a block emits generated token number lengths + k: ban stops while below min."""
+def apply_tree_penalties(
+    logits: torch.Tensor, tree, counts: torch.Tensor, lengths: torch.Tensor, params
+) -> None:
+    """logits [bs, N, V] at a tree's nodes. Node k's history is what was generated before the step
+    plus the drafts on its root path, itself included (the root, the verified token, is counted
+    already), and it emits generated token number lengths + depth[k]. Counted densely, [bs, N, V]
+    like the logits: a node's path is data, not a fixed triangle as in a chain."""
+    bs, n, vocab = logits.shape
+    on_path = tree.ancestor_mask().clone()  # [bs, N, N]: row k marks k's root path
+    on_path[:, :, 0] = False
+    history = counts.unsqueeze(1).expand(bs, n, vocab).clone()
+    history.scatter_add_(2, tree.tokens.unsqueeze(1).expand(bs, n, n), on_path.to(history.dtype))
+    generated = history > 0
+    if params.frequency is not None:
+        logits.sub_(params.frequency.view(bs, 1, 1) * history)
+    if params.presence is not None:
+        logits.sub_(params.presence.view(bs, 1, 1) * generated)
+    if params.min_new_tokens is not None:
+        ban_min_new_stop_tokens(logits, lengths, params.min_new_tokens, params.stop_ids, tree.depths)
+    if params.repetition is not None:
+        _scale(logits, torch.where(generated, params.repetition.view(bs, 1, 1), 1.0))
+
+
+def ban_min_new_stop_tokens(logits, lengths, min_new_tokens, stop_ids, offsets=None) -> None:
+    """Position k of a block emits generated token number lengths + k (a tree node: + its depth,
+    `offsets`): ban stops while below min."""
     bs, size, _ = logits.shape
-    banned = (lengths.unsqueeze(1) + torch.arange(size, device=logits.device)) < min_new_tokens.unsqueeze(1)
+    if offsets is None:
+        offsets = torch.arange(size, device=logits.device)
+    banned = (lengths.unsqueeze(1) + offsets) < min_new_tokens.unsqueeze(1)
     width = stop_ids.shape[1]
     rows = torch.arange(bs, device=logits.device).view(bs, 1, 1).expand(bs, size, width)
     positions = torch.arange(size, device=logits.device).view(1, size, 1).expand(bs, size, width)

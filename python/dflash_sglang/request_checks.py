@@ -32,14 +32,9 @@ def tree_verify_on() -> bool:
 
 
 def tree_refusal(req) -> str | None:
-    """Penalties and constrained output read a chain's positions; a tree's nodes have paths."""
+    """Constrained output reads a chain's positions (SGLang's grammar mask over a linear chain);
+    a tree's nodes have paths."""
     params = req.sampling_params
-    penalised = (
-        params.frequency_penalty or params.presence_penalty or params.repetition_penalty != 1.0
-        or params.min_new_tokens
-    )  # fmt: skip
-    if penalised:
-        return f"{TREE} does not support penalties (frequency, presence, repetition, min_new_tokens) yet."
     constrained = ("json_schema", "regex", "ebnf", "structural_tag")
     if req.grammar is not None or any(getattr(params, name, None) for name in constrained):
         return f"{TREE} does not support constrained output yet."

@@ -4,7 +4,7 @@ A no-spec server samples each token from logits adjusted in this order (`ModelRu
 then `Sampler._preprocess_logits`): penalties, the grammar's vocabulary mask, `logit_bias`, custom
 logit processors, NaN sanitising. Here the same order runs over a block's B positions at once:
 
-    penalties      exact per position (penalties.py)
+    penalties      exact per position, or per tree node along its root path (penalties.py)
     grammar        position k is masked by the grammar's state after accepting d_1 .. d_k
                    (SGLang's GrammarTree over the chain, as its own DFLASH worker builds it); the
                    overlap loop's barrier advances the previous step's tokens first
@@ -40,8 +40,9 @@ def adjust_verify_logits(
     batch,
     block_tokens: torch.Tensor,
     penalties: PenaltyLedger | None,
-    tree: GrammarTree | None,
+    grammar: GrammarTree | None,
     grammar_barrier=None,
+    draft_tree=None,
 ) -> None:
     """Adjust [bs * B, V] verify logits in place, as a no-spec server adjusts one row per step."""
     info = batch.sampling_info
@@ -53,11 +54,15 @@ def adjust_verify_logits(
     if params is not None:
         if penalties is None:
             raise RuntimeError("penalised requests reached verify without a prefill through this worker")
-        penalties.apply(per_position, batch.req_pool_indices, block_tokens, params)
-    if tree is not None:
+        penalties.apply(per_position, batch.req_pool_indices, block_tokens, params, draft_tree)
+    if grammar is not None:
         with host_sync.allowed("grammar: the vocabulary mask is built on the host from the drafts"):
             mask = build_grammar_vocab_mask(
-                reqs=batch.reqs, tree=tree, sampling_info=info, device=logits.device, barrier=grammar_barrier
+                reqs=batch.reqs,
+                tree=grammar,
+                sampling_info=info,
+                device=logits.device,
+                barrier=grammar_barrier,
             )
         if mask is not None:
             mask.apply(logits)

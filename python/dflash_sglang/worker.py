@@ -315,7 +315,9 @@ class DFlashWorker(Drafting, BaseSpecWorker):
         )
         logits = target_out.logits_output.next_token_logits
         info = batch.sampling_info
-        adjust_verify_logits(logits, batch, block.tokens, self.penalties, grammar, grammar_barrier)
+        adjust_verify_logits(
+            logits, batch, block.tokens, self.penalties, grammar, grammar_barrier, block.tree
+        )
         if block.tree is not None:
             greedy = info is None or info.is_all_greedy
             target_tokens = self.tp.predictions(
