@@ -9,28 +9,16 @@ block's first `width` positions (verify_width.py) or the tree's N nodes.
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import torch
 from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardBatch, ForwardMode
 from sglang.srt.runtime_context import get_parallel
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
 from . import tree_verify
+from .block import Block, block_kv_plan
 from .sampling import vocab_parallel_argmax
 from .spec_info import host_read_bound
 from .verify_width import narrow
-
-
-class Block(NamedTuple):
-    """One step's draft block and where it lives."""
-
-    tokens: torch.Tensor  # [bs, B] verified token then the drafts
-    positions: torch.Tensor  # [bs * B]
-    cache_loc: torch.Tensor  # [bs * B] KV slots of the block (target pool ids)
-    kv_plan: object  # SGLang's KVLocPlan shared by the draft, the verify and the injection
-    draft_loc: torch.Tensor  # [bs, B] the block's slots in the draft pool (what injection writes)
-    tree: object = None  # a tree verify's BatchTree (tree_verify.py); None for a chain
 
 
 class Drafting:
@@ -50,13 +38,7 @@ class Drafting:
         block_ids = torch.full((bs, size), self.mask_token_id, dtype=torch.int64, device=self.device)
         block_ids[:, 0] = state.bonus_tokens
         host_lens = batch.seq_lens_cpu if batch.seq_lens_cpu is not None else state.nxt_kv_lens_cpu
-        kv_plan = self.model_runner.kv_index_translator.plan(
-            req_pool_indices=batch.req_pool_indices,
-            seq_lens=seq_lens,
-            seq_lens_cpu=host_lens,
-            write_virtual=cache_loc,
-            read_extent=size,
-        )
+        kv_plan = block_kv_plan(self.model_runner.kv_index_translator, batch, host_lens, cache_loc, size)
         draft_loc = None  # where the block's injected KV goes: the target's slots, or the ring's
         if size > 1:
             hidden, draft_loc = self.run_drafter(batch, state, block_ids, positions, cache_loc, kv_plan)
@@ -122,7 +104,7 @@ class Drafting:
         tree = tree_verify.build_trees(self.tree, verified, self.draft_vocab.logprobs(hidden), width)
         translators = (self.model_runner.kv_index_translator, self.draft_runner.kv_index_translator)
         req_to_token = self.model_runner.req_to_token_pool.req_to_token
-        return tree_verify.tree_block(Block, tree, batch, req_to_token, *translators, host_lens)
+        return tree_verify.tree_block(tree, batch, req_to_token, *translators, host_lens)
 
     @property
     def target_model(self):

@@ -23,6 +23,7 @@ from sglang.srt.configs.hybrid_arch import mambaish_config
 from sglang.srt.runtime_context import get_parallel
 
 from .accept import Acceptance
+from .block import Block, block_kv_plan
 from .config import DFlashConfigError
 from .target_law import plan_for, row_laws
 from .tree_batch import BatchTree, build_batch_trees, follow_batch, path_tokens
@@ -102,21 +103,15 @@ def build_trees(
     return build_batch_trees(verified, logprobs, width - 1, settings.max_children)
 
 
-def tree_block(block_cls, tree: BatchTree, batch, req_to_token, translator, draft_translator, host_lens):
+def tree_block(tree: BatchTree, batch, req_to_token, translator, draft_translator, host_lens) -> Block:
     """The step's block for a tree: its N nodes in the N slots after each request's prefix."""
     bs, n = tree.tokens.shape
     positions = batch.seq_lens.unsqueeze(1) + torch.arange(n, device=tree.tokens.device)
     cache_loc = req_to_token[batch.req_pool_indices.unsqueeze(1), positions].flatten()
-    kv_plan = translator.plan(
-        req_pool_indices=batch.req_pool_indices,
-        seq_lens=batch.seq_lens,
-        seq_lens_cpu=host_lens,
-        write_virtual=cache_loc,
-        read_extent=n,
-    )
+    kv_plan = block_kv_plan(translator, batch, host_lens, cache_loc, n)
     draft_loc = kv_plan.write_ids(draft_translator).view(bs, n)
     # `positions` are the chain's (what the commit injects at); the verify reads the tree's.
-    return block_cls(tree.tokens, positions.flatten(), cache_loc, kv_plan, draft_loc, tree)
+    return Block(tree.tokens, positions.flatten(), cache_loc, kv_plan, draft_loc, tree)
 
 
 def verify_layout(tree: BatchTree, seq_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

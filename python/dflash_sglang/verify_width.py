@@ -30,6 +30,7 @@ from collections import Counter
 import torch
 
 from . import dp_attention
+from .block import block_kv_plan
 from .config import DFlashConfigError
 from .tree_widths import TreeAcceptance, tree_widths
 from .width_policy import best_width
@@ -145,13 +146,7 @@ def narrow(block, width: int, batch, translator, host_lens: torch.Tensor):
     if width == size:
         return block
     cache_loc = block.cache_loc.view(bs, size)[:, :width].flatten()
-    kv_plan = translator.plan(
-        req_pool_indices=batch.req_pool_indices,
-        seq_lens=batch.seq_lens,
-        seq_lens_cpu=host_lens,
-        write_virtual=cache_loc,
-        read_extent=width,
-    )
+    kv_plan = block_kv_plan(translator, batch, host_lens, cache_loc, width)
     return block._replace(
         tokens=block.tokens[:, :width],
         positions=block.positions.view(bs, size)[:, :width].flatten(),

@@ -42,9 +42,10 @@ from sglang.srt.utils import async_h2d
 
 from . import dp_attention, host_sync, tree_verify
 from .accept import Acceptance, greedy_accept
+from .block import Block
 from .config import DFlashConfigError
 from .draft_window import DraftWindow, allocate_window_pool, refuse_unsupported_setups
-from .drafting import Block, Drafting
+from .drafting import Drafting
 from .hybrid import RecurrentStateCommit
 from .penalties import PenaltyLedger, PenaltyParams
 from .request_outputs import attach_request_outputs

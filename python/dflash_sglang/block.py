@@ -1,0 +1,29 @@
+"""One decode step's draft block: its tokens, where they sit, and the KV plan every phase shares."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+
+class Block(NamedTuple):
+    """One step's draft block and where it lives."""
+
+    tokens: torch.Tensor  # [bs, B] verified token then the drafts
+    positions: torch.Tensor  # [bs * B]
+    cache_loc: torch.Tensor  # [bs * B] KV slots of the block (target pool ids)
+    kv_plan: object  # SGLang's KVLocPlan shared by the draft, the verify and the injection
+    draft_loc: torch.Tensor  # [bs, B] the block's slots in the draft pool (what injection writes)
+    tree: object = None  # a tree verify's BatchTree (tree_verify.py); None for a chain
+
+
+def block_kv_plan(translator, batch, host_lens: torch.Tensor, cache_loc: torch.Tensor, width: int):
+    """SGLang's KV plan for `width` tokens a request written at `cache_loc` after each prefix."""
+    return translator.plan(
+        req_pool_indices=batch.req_pool_indices,
+        seq_lens=batch.seq_lens,
+        seq_lens_cpu=host_lens,
+        write_virtual=cache_loc,
+        read_extent=width,
+    )
