@@ -18,27 +18,4 @@ def refuse_unsupported_requests(original, req, enable_overlap):
     error = original(req, enable_overlap)
     if error is None and req.return_hidden_states:
         return HIDDEN_STATES_MESSAGE
-    if error is None and tree_verify_on():
-        return tree_refusal(req)
     return error
-
-
-def tree_verify_on() -> bool:
-    from sglang.srt.runtime_context import get_context
-
-    from .tree_switches import requested_topk
-
-    return requested_topk(get_context().server_args) > 1
-
-
-def tree_refusal(req) -> str | None:
-    """Constrained output reads a chain's positions (SGLang's grammar mask over a linear chain);
-    a tree's nodes have paths."""
-    params = req.sampling_params
-    constrained = ("json_schema", "regex", "ebnf", "structural_tag")
-    if req.grammar is not None or any(getattr(params, name, None) for name in constrained):
-        return f"{TREE} does not support constrained output yet."
-    return None
-
-
-TREE = "DFLASH tree verification (--speculative-eagle-topk > 1)"

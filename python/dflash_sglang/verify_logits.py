@@ -6,8 +6,9 @@ logit processors, NaN sanitising. Here the same order runs over a block's B posi
 
     penalties      exact per position, or per tree node along its root path (penalties.py)
     grammar        position k is masked by the grammar's state after accepting d_1 .. d_k
-                   (SGLang's GrammarTree over the chain, as its own DFLASH worker builds it); the
-                   overlap loop's barrier advances the previous step's tokens first
+                   (SGLang's GrammarTree over the chain, as its own DFLASH worker builds it; a
+                   tree node after its root path, as for EAGLE trees); the overlap loop's barrier
+                   advances the previous step's tokens first
     logit_bias     the same row at every position
     custom         SGLang's `apply_custom_logit_processor` with B rows per request: a processor
                    sees the request as it was before the block (as in SGLang's own workers)
@@ -27,11 +28,15 @@ from . import host_sync
 from .penalties import PenaltyLedger, PenaltyParams
 
 
-def grammar_tree(batch, block_tokens: torch.Tensor) -> GrammarTree | None:
-    """Start the drafts' copy to the host for the grammar mask; before the verify launch."""
+def grammar_tree(batch, block_tokens: torch.Tensor, draft_tree=None) -> GrammarTree | None:
+    """Start the drafts' copy to the host for the grammar mask; before the verify launch. A draft
+    tree (tree_batch.BatchTree) goes as SGLang's EAGLE trees do: its first-child and next-sibling
+    links, so each node's row is masked by the grammar's state after its root path."""
     if not batch.has_grammar:
         return None
     with host_sync.allowed("grammar: the vocabulary mask is built on the host from the drafts"):
+        if draft_tree is not None:
+            return GrammarTree.from_device(*draft_tree.retrieve_arrays(), draft_tree.tokens)
         return GrammarTree.from_linear_chain(block_tokens)
 
 

@@ -284,7 +284,7 @@ class DFlashWorker(Drafting, BaseSpecWorker):
     def verify(self, batch, block: Block, grammar_barrier=None):
         self.drafter.join()  # the drafts
         size = block.tokens.shape[1]  # the verify width
-        grammar = grammar_tree(batch, block.tokens)  # the drafts' host copy runs during the verify
+        grammar = grammar_tree(batch, block.tokens, block.tree)  # host copy of the drafts, during the verify
         positions, tree_mask = block.positions, None
         if block.tree is not None:  # nodes at seq_len + depth, each seeing its ancestors
             positions, tree_mask = tree_verify.verify_layout(block.tree, batch.seq_lens)

@@ -7,17 +7,18 @@ worker (host-sync check on: the tree is built, walked and compacted on the devic
 2B (K 4, N 16) and under the plain worker at 4B with 16-token pages (K 8, N 32). Temperature 1,
 under both workers: every token follows the target's law (sequential PIT with the T=0.6 negative
 control). Penalties (frequency, presence, repetition, min_new_tokens) equal the no-spec server's,
-8 requests at once; constrained output gets a 400 naming the feature; a verify width below the
-drafter's block, and a hybrid target, fail at startup naming the switch. At --tp-size 2 (overlap
-worker, N 8 = B, no host-sync check) greedy outputs equal the no-spec server and the oracle's counts.
+8 requests at once; constrained output (regex, JSON schema) equals it, 4 requests at once; a
+verify width below the drafter's block, and a hybrid target, fail at startup naming the switch. At
+--tp-size 2 (overlap worker, N 8 = B, no host-sync check) greedy outputs equal the no-spec server
+and the oracle's counts.
 
 Servers: one per worker and one at TP=2 (the session's no-spec server is the reference), two
-refused; about 5 minutes.
+refused; about 6 minutes.
 """
 
 from __future__ import annotations
 
-import urllib.error
+import json
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -28,8 +29,9 @@ from dflash_sglang.testing.server import SGLangServer
 
 from . import hybrid
 from .conftest import OVERLAP_CHECKED, PLAIN
-from .pairs import load, word_prompts
+from .pairs import chat_prompts, load, word_prompts
 from .sampling_law import assert_follows_target_law
+from .test_request_features import SCHEMA
 from .test_worker_startup import assert_startup_fails_naming
 
 MAX_NEW = 32
@@ -103,14 +105,27 @@ def test_sampling_follows_the_target_law(pair8, tree_server, prompt_ids):
     assert_follows_target_law(target, prompt_ids[5], [out["output_ids"] for out in sampled])
 
 
-def test_constrained_output_gets_a_400_naming_it(tree_server, prompt_ids):
-    body = {"input_ids": prompt_ids[0], "sampling_params": {"max_new_tokens": 4, "regex": "(ab)+"}}
-    with pytest.raises(urllib.error.HTTPError) as refused:
-        tree_server.post("/generate", body)
-    assert 400 <= refused.value.code < 500
-    message = refused.value.read().decode()
-    assert "constrained output" in message and "--speculative-eagle-topk" in message
-    assert tree_server.generate(prompt_ids[0], 4)["output_ids"]  # and the server serves on
+CONSTRAINED = {
+    "regex": {"regex": "(ab|cd)+x[0-9]{2}", "max_new_tokens": 24},
+    "json_schema": {"json_schema": json.dumps(SCHEMA), "max_new_tokens": 48},
+}
+
+
+@pytest.mark.parametrize("name", sorted(CONSTRAINED))
+def test_constrained_output_equals_nospec(tree_server, nospec8, pair8, name):
+    """Each node's row is masked by the grammar's state after its root path (SGLang's EAGLE tree
+    traversal over the tree's first-child and next-sibling links); 4 prompts at once."""
+    params = {"temperature": 0, **CONSTRAINED[name]}
+    prompts = [load(pair8.target, pair8.draft)[0](text)["input_ids"] for text in chat_prompts(10)[6:]]
+
+    def both(ids):
+        body = {"input_ids": ids, "sampling_params": params}
+        return nospec8.post("/generate", body), tree_server.post("/generate", body)
+
+    with ThreadPoolExecutor(len(prompts)) as pool:
+        pairs = list(pool.map(both, prompts))
+    assert [got["output_ids"] for _, got in pairs] == [want["output_ids"] for want, _ in pairs]
+    assert [got["text"] for _, got in pairs] == [want["text"] for want, _ in pairs]
 
 
 # Repetition is not combined with the additive penalties: SGLang's synchronous no-spec loop (the
