@@ -105,6 +105,17 @@ def test_sampling_follows_the_target_law(pair8, tree_server, prompt_ids):
     assert_follows_target_law(target, prompt_ids[5], [out["output_ids"] for out in sampled])
 
 
+def side_by_side(nospec, server, prompts, params) -> list[tuple[dict, dict]]:
+    """(no-spec's answer, the tree server's) per prompt, all prompts sent at once to both."""
+
+    def both(ids):
+        body = {"input_ids": ids, "sampling_params": params}
+        return nospec.post("/generate", body), server.post("/generate", body)
+
+    with ThreadPoolExecutor(len(prompts)) as pool:
+        return list(pool.map(both, prompts))
+
+
 CONSTRAINED = {
     "regex": {"regex": "(ab|cd)+x[0-9]{2}", "max_new_tokens": 24},
     "json_schema": {"json_schema": json.dumps(SCHEMA), "max_new_tokens": 48},
@@ -115,15 +126,8 @@ CONSTRAINED = {
 def test_constrained_output_equals_nospec(tree_server, nospec8, pair8, name):
     """Each node's row is masked by the grammar's state after its root path (SGLang's EAGLE tree
     traversal over the tree's first-child and next-sibling links); 4 prompts at once."""
-    params = {"temperature": 0, **CONSTRAINED[name]}
     prompts = [load(pair8.target, pair8.draft)[0](text)["input_ids"] for text in chat_prompts(10)[6:]]
-
-    def both(ids):
-        body = {"input_ids": ids, "sampling_params": params}
-        return nospec8.post("/generate", body), tree_server.post("/generate", body)
-
-    with ThreadPoolExecutor(len(prompts)) as pool:
-        pairs = list(pool.map(both, prompts))
+    pairs = side_by_side(nospec8, tree_server, prompts, {"temperature": 0, **CONSTRAINED[name]})
     assert [got["output_ids"] for _, got in pairs] == [want["output_ids"] for want, _ in pairs]
     assert [got["text"] for _, got in pairs] == [want["text"] for want, _ in pairs]
 
@@ -144,13 +148,7 @@ def test_penalties_equal_nospec_concurrently(tree_server, nospec8, prompt_ids, e
     """Each node is penalised by the committed tokens and the drafts on its root path
     (penalties.apply_tree_penalties): 8 penalised requests at once equal the no-spec server's."""
     params = {"temperature": 0, "max_new_tokens": MAX_NEW, **PENALTIES[name]}
-
-    def both(ids):
-        body = {"input_ids": ids, "sampling_params": params}
-        return nospec8.post("/generate", body), tree_server.post("/generate", body)
-
-    with ThreadPoolExecutor(len(prompt_ids)) as pool:
-        pairs = list(pool.map(both, prompt_ids))
+    pairs = side_by_side(nospec8, tree_server, prompt_ids, params)
     assert [got["output_ids"] for _, got in pairs] == [want["output_ids"] for want, _ in pairs]
     assert [want["output_ids"] for want, _ in pairs] != expected  # the penalties changed outputs
     assert max(got["meta_info"]["spec_accept_length"] for _, got in pairs) > 1

@@ -25,9 +25,8 @@ from dflash_sglang.verify_width import ADAPTIVE_ENV, REPORT_EVERY, WIDTHS_ENV
 from .conftest import OVERLAP_CHECKED, PLAIN
 from .pairs import load, word_prompts
 from .sampling_law import assert_follows_target_law
-from .test_tree import tree_args, tree_reference
+from .test_tree import MAX_NEW, tree_args, tree_reference
 
-MAX_NEW = 32
 TOPK, NODES = 4, 16
 CYCLE = "16,1,5,2,9,3,16,4"
 
