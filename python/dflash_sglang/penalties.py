@@ -14,8 +14,11 @@ their prefill values. Here the worker keeps the count itself:
                     d_1 .. d_k, so that is what position k's penalties count
     tree node k     the drafts on its root path take the place of d_1 .. d_k
 
-The order is the no-spec server's (`SamplingBatchInfo._apply_pre_grammar_logits_transforms`):
-the additive penalties (frequency, presence, min_new_tokens), then repetition's scaling.
+The order is that of SGLang's overlap loop and speculative paths
+(`SamplingBatchInfo._apply_pre_grammar_logits_transforms`, `PenalizerOrchestrator.apply(repeat=)`):
+the additive penalties (frequency, presence, min_new_tokens), then repetition's scaling. (Its
+synchronous no-spec loop applies the penalizers in the iteration order of a set of classes, so
+there repetition combined with an additive penalty has no defined order; docs/features.md.)
 """
 
 from __future__ import annotations
@@ -121,8 +124,7 @@ class PenaltyLedger:
         self.counts.index_put_((rows, tokens), emitted.to(self.counts.dtype), accumulate=True)
         self.lengths[slots] += lengths.to(self.lengths.dtype)
 
-    def apply(self, logits: torch.Tensor, slots: torch.Tensor, block: torch.Tensor, params: PenaltyParams,
-              tree=None):  # fmt: skip
+    def apply(self, logits: torch.Tensor, slots: torch.Tensor, block: torch.Tensor, params, tree=None):
         """Penalise [bs, B, V] verify logits in place; `block` is [bs, B] = [b, d_1 .. d_{B-1}],
         or a tree's nodes (`tree`, a tree_batch.BatchTree)."""
         counts, lengths = self.counts[slots], self.lengths[slots]

@@ -28,10 +28,6 @@ class TreeSettings:
     max_children: int  # K: --speculative-eagle-topk
     width: int  # N: --speculative-num-draft-tokens, nodes verified per request, root included
 
-    @property
-    def budget(self) -> int:
-        return self.width - 1
-
 
 def requested_topk(server_args) -> int:
     raw = getattr(server_args, "_raw_input", None) or {}
