@@ -80,12 +80,12 @@ def test_sampling_follows_the_target_law_across_tree_widths(pair8, forced, promp
 def test_adaptive_tree_budgets_equal_nospec_and_report_what_ran(pair8, prompt_ids, expected):
     env = {**PLAIN, ADAPTIVE_ENV: "1"}
     with SGLangServer(pair8.target, tree_args(pair8, TOPK, NODES), env=env) as server:
-        alone = [server.generate(ids, MAX_NEW) for ids in prompt_ids]
+        alone = [server.generate(ids, MAX_NEW) for ids in prompt_ids * 2]  # twice: past REPORT_EVERY steps
         with ThreadPoolExecutor(len(prompt_ids)) as pool:
             together = list(pool.map(lambda ids: server.generate(ids, MAX_NEW), prompt_ids))
         steps = sum(out["meta_info"]["spec_verify_ct"] for out in alone)
         log = server.log_path.read_text()
-    assert [out["output_ids"] for out in alone] == expected
+    assert [out["output_ids"] for out in alone] == expected * 2
     assert [out["output_ids"] for out in together] == expected
     assert f"a tree of {NODES} nodes, adaptive" in log
     assert steps >= REPORT_EVERY and f"verify widths of the last {REPORT_EVERY} steps" in log
