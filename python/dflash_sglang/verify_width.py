@@ -130,7 +130,7 @@ class VerifyWidth:
 
     def walked(self, reqs, front: torch.Tensor, lengths: torch.Tensor) -> None:
         """A tree step's accepted path (tree_verify.accept): what each budget would have accepted."""
-        if self.adaptive and isinstance(self.acceptance, TreeAcceptance):
+        if isinstance(self.acceptance, TreeAcceptance):  # adaptive, with trees
             self.acceptance.walked(reqs, front, lengths)
 
     def step_done(self) -> None:
