@@ -3,7 +3,7 @@ and rejection sampling's output distribution (statistical, fixed seed)."""
 
 import torch
 
-from dflash_sglang.accept import greedy_accept, rejection_accept
+from dflash_sglang.sampling.accept import greedy_accept, rejection_accept
 
 
 def test_greedy_zero_partial_full_acceptance_and_bonus():

@@ -6,7 +6,7 @@ import json
 import pytest
 from transformers import Qwen3Config
 
-from dflash_sglang.config import DFlashConfig, DFlashConfigError, default_target_layer_ids
+from dflash_sglang.drafter.config import DFlashConfig, DFlashConfigError, default_target_layer_ids
 from dflash_sglang.gpu_check.shapes import QWEN3_8B_DRAFT
 
 # z-lab/Qwen3-8B-DFlash-b16's config.json, as published (one copy, shared with make gpu-check).

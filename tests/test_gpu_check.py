@@ -12,8 +12,7 @@ import pytest
 import torch
 from transformers import Qwen3Config, StaticCache
 
-from dflash_sglang.accept import Acceptance
-from dflash_sglang.config import DFlashConfig
+from dflash_sglang.drafter.config import DFlashConfig
 from dflash_sglang.gpu_check import __main__ as cli
 from dflash_sglang.gpu_check import acceptance, drafter, shapes, target
 from dflash_sglang.gpu_check.acceptance import valid_acceptance
@@ -21,6 +20,7 @@ from dflash_sglang.gpu_check.drafter import DraftStep, random_drafter, relative_
 from dflash_sglang.gpu_check.report import bound_rows, draft_share, fmt, render, speedup_bound, table
 from dflash_sglang.gpu_check.target import TargetStep, random_target
 from dflash_sglang.gpu_check.timing import describe, same
+from dflash_sglang.sampling.accept import Acceptance
 
 from .test_config import QWEN3_8B_DRAFT
 

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from dflash_sglang.host_sync import DeviceDataGuard, HostSyncError, step_inputs
+from dflash_sglang.runtime.host_sync import DeviceDataGuard, HostSyncError, step_inputs
 
 HOST_READS = [
     lambda t: t.item(),

@@ -9,8 +9,8 @@ from types import SimpleNamespace
 
 import torch
 
-from dflash_sglang.hybrid import NO_TRACK, track_steps
-from dflash_sglang.startup_checks import explain
+from dflash_sglang.admission.startup_checks import explain
+from dflash_sglang.step.hybrid import NO_TRACK, track_steps
 
 
 def tracked_step_by_enumeration(pre: int, accepted: int, grid: int) -> int:

@@ -4,8 +4,9 @@ visibility of full and sliding layers, and an incremental context cache equal to
 import pytest
 import torch
 
-from dflash_sglang.model import DFlashDraftModel, DraftContextCache, block_visibility
-from dflash_sglang.testing.tiny import TinyShape, tiny_draft
+from dflash_sglang.drafter.context import DraftContextCache
+from dflash_sglang.drafter.model import DFlashDraftModel, block_visibility
+from dflash_sglang.testing.tiny_dense import TinyShape, tiny_draft
 
 
 def run_block(draft, target, context_len, seed=0, block=None):

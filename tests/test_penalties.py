@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import torch
 
-from dflash_sglang.penalties import (
+from dflash_sglang.sampling.penalties import (
     PenaltyLedger,
     PenaltyParams,
     apply_block_penalties,
     apply_tree_penalties,
     block_pairs,
 )
-from dflash_sglang.tree_batch import build_batch_trees
+from dflash_sglang.tree.batch import build_batch_trees
 
 VOCAB = 12
 

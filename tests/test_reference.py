@@ -11,9 +11,9 @@ import pytest
 import torch
 from scipy import stats
 
-import dflash_sglang.reference as reference
-from dflash_sglang.reference import dflash_generate
-from dflash_sglang.testing.tiny import TinyShape, tiny_draft, tiny_target
+import dflash_sglang.drafter.reference as reference
+from dflash_sglang.drafter.reference import dflash_generate
+from dflash_sglang.testing.tiny_dense import TinyShape, tiny_draft, tiny_target
 
 from .conftest import prompt_of
 

@@ -12,10 +12,10 @@ import pytest
 import torch
 from scipy import stats
 
-from dflash_sglang import target_law
-from dflash_sglang.sampled_verify import draft_probs, final_probs, sampled_accept
-from dflash_sglang.sampling import target_distribution
-from dflash_sglang.target_law import plan_for, row_laws
+from dflash_sglang.sampling import target_law
+from dflash_sglang.sampling.distribution import target_distribution
+from dflash_sglang.sampling.sampled_verify import draft_probs, final_probs, sampled_accept
+from dflash_sglang.sampling.target_law import plan_for, row_laws
 
 TOP_K_ALL = 1 << 30  # SGLang's "no top-k"
 FLOAT32 = dict(rtol=1e-5, atol=1e-6)  # both paths compute in float32, in different orders
@@ -168,7 +168,7 @@ def test_sampled_steps_follow_the_law_with_negative_controls(param):
 @pytest.mark.parametrize("how", sorted(PLANS))
 def test_no_host_reads_of_device_data(how):
     """The overlap worker runs this inside a step: nothing may read device data on the host."""
-    from dflash_sglang.host_sync import DeviceDataGuard
+    from dflash_sglang.runtime.host_sync import DeviceDataGuard
 
     logits, drafts = case(COMBOS, seed=0)
     info, reqs = PLANS[how](COMBOS)
@@ -178,7 +178,7 @@ def test_no_host_reads_of_device_data(how):
 
 
 def test_a_width_one_step_samples_the_target_law_with_no_drafts():
-    """Verify width 1 (plain decoding through the verify path, verify_width.py): no drafts, one
+    """Verify width 1 (plain decoding through the verify path, width/verify_width.py): no drafts, one
     token drawn from the target's law at the verified position."""
     n, param = 20_000, (0.9, TOP_K_ALL, 0.8, 0.1)
     logits, _ = case([param], seed=3, spread=1.0)

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import torch
 
-from dflash_sglang.sampling import target_distribution, vocab_parallel_argmax
+from dflash_sglang.sampling.distribution import target_distribution, vocab_parallel_argmax
 
 
 def reference_row(logits, temperature, top_k, top_p, min_p):

@@ -7,8 +7,8 @@ def test_drafter_windows_follow_sglangs_convention():
     reference's."""
     from sglang.srt.speculative.dflash_utils import get_dflash_attention_sliding_window_size
 
-    from dflash_sglang.config import DFlashConfig
-    from dflash_sglang.sglang_draft import sglang_window
+    from dflash_sglang.drafter.config import DFlashConfig
+    from dflash_sglang.drafter.sglang_model import sglang_window
 
     raw = {"architectures": ["DFlashDraftModel"], "hidden_size": 64, "num_hidden_layers": 2,
            "num_attention_heads": 4, "intermediate_size": 128, "sliding_window": 16,
@@ -22,9 +22,9 @@ def test_drafter_windows_follow_sglangs_convention():
 def test_checkpoint_names_map_onto_the_sharded_layers():
     """Published names (q_proj, gate_proj, ...) land in the fused parallel layers with their shard
     id; every other name is its own parameter. The expected shapes are the plain model's."""
-    from dflash_sglang.config import DFlashConfig
-    from dflash_sglang.model import DFlashDraftModel
-    from dflash_sglang.sglang_layers import checkpoint_shapes, parameter_of
+    from dflash_sglang.drafter.config import DFlashConfig
+    from dflash_sglang.drafter.model import DFlashDraftModel
+    from dflash_sglang.drafter.sglang_layers import checkpoint_shapes, parameter_of
 
     raw = {"architectures": ["DFlashDraftModel"], "hidden_size": 64, "num_hidden_layers": 2,
            "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 128,

@@ -8,7 +8,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from dflash_sglang.model import DFlashDraftModel
+from dflash_sglang.drafter.model import DFlashDraftModel
 
 PAIR = Path(__file__).resolve().parents[1] / "python" / "dflash_sglang" / "assets" / "tiny-pair"
 

@@ -8,8 +8,8 @@ import contextlib
 
 import torch
 
-from dflash_sglang import streams
-from dflash_sglang.streams import DrafterStream
+from dflash_sglang.runtime import streams
+from dflash_sglang.runtime.streams import DrafterStream
 
 
 def test_on_cpu_the_drafter_stream_is_a_no_op_around_the_same_code():

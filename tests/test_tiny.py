@@ -9,10 +9,11 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from dflash_sglang.config import DFlashConfig
-from dflash_sglang.model import DFlashDraftModel, DraftContextCache
-from dflash_sglang.reference import dflash_generate, propose
-from dflash_sglang.testing.tiny import MASK_TOKEN, tiny_draft, tiny_target, write_tiny_pair
+from dflash_sglang.drafter.config import DFlashConfig
+from dflash_sglang.drafter.context import DraftContextCache
+from dflash_sglang.drafter.model import DFlashDraftModel
+from dflash_sglang.drafter.reference import dflash_generate, propose
+from dflash_sglang.testing.tiny_dense import MASK_TOKEN, tiny_draft, tiny_target, write_tiny_pair
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,9 @@ import math
 import pytest
 import torch
 
-from dflash_sglang.model import DFlashDraftModel, DraftContextCache
-from dflash_sglang.testing.tiny import CORPUS, tiny_draft, write_tiny_pair
+from dflash_sglang.drafter.context import DraftContextCache
+from dflash_sglang.drafter.model import DFlashDraftModel
+from dflash_sglang.testing.tiny_dense import CORPUS, tiny_draft, write_tiny_pair
 from dflash_sglang.train.__main__ import main as train_main
 from dflash_sglang.train.blocks import (
     IGNORE,

@@ -1,4 +1,4 @@
-"""Draft trees (tree.py) against brute force: the builder, the flattened layout, the greedy walk,
+"""Draft trees (tree/build.py) against brute force: the builder, the flattened layout, the greedy walk,
 and the sampled acceptance's output law (chi-square, with a negative control that must fail)."""
 
 import itertools
@@ -8,7 +8,7 @@ import pytest
 import torch
 from scipy import stats
 
-from dflash_sglang.tree import (
+from dflash_sglang.tree.build import (
     Tree,
     accept_sampled,
     build_tree,

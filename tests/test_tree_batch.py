@@ -1,5 +1,5 @@
-"""Batched device-side trees (tree_batch.py) against the per-request heap builder and walk
-(tree.py) and brute force: the node set, the flattened layout, the walk, the committed tokens,
+"""Batched device-side trees (tree/batch.py) against the per-request heap builder and walk
+(tree/build.py) and brute force: the node set, the flattened layout, the walk, the committed tokens,
 the chain at max_children = 1, ties, and no host read anywhere."""
 
 import random
@@ -7,10 +7,10 @@ import random
 import pytest
 import torch
 
-from dflash_sglang.accept import greedy_accept
-from dflash_sglang.host_sync import DeviceDataGuard
-from dflash_sglang.tree import Tree, build_tree, follow, walk_greedy
-from dflash_sglang.tree_batch import BatchTree, build_batch_trees, follow_batch, path_tokens
+from dflash_sglang.runtime.host_sync import DeviceDataGuard
+from dflash_sglang.sampling.accept import greedy_accept
+from dflash_sglang.tree.batch import BatchTree, build_batch_trees, follow_batch, path_tokens
+from dflash_sglang.tree.build import Tree, build_tree, follow, walk_greedy
 
 from .test_tree import brute_force_best, paths_of
 

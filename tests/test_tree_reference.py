@@ -1,4 +1,4 @@
-"""Tree verification in the reference decoder (reference.py + tree.py) and the tau simulator.
+"""Tree verification in the reference decoder (drafter/reference.py + tree/build.py) and the tau simulator.
 
 The keystone: under the tree mask, every node's logits equal a causal forward over its root path.
 Then compaction (the cache after a step equals a causal prefill of the accepted tokens), greedy
@@ -14,9 +14,9 @@ import torch
 from scipy import stats
 
 from dflash_sglang import tree_sim
-from dflash_sglang.reference import dflash_generate, keep_path, tree_attention_mask
-from dflash_sglang.testing.tiny import TinyShape, tiny_draft, tiny_target
-from dflash_sglang.tree import Tree, build_tree
+from dflash_sglang.drafter.reference import dflash_generate, keep_path, tree_attention_mask
+from dflash_sglang.testing.tiny_dense import TinyShape, tiny_draft, tiny_target
+from dflash_sglang.tree.build import Tree, build_tree
 
 from .conftest import prompt_of
 from .test_reference import five_token_pair, target_greedy

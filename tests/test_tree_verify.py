@@ -1,4 +1,4 @@
-"""The worker's tree step pieces (tree_verify.py) on CPU: the walk in the chain's layout, and the
+"""The worker's tree step pieces (tree/verify.py) on CPU: the walk in the chain's layout, and the
 move of the accepted path's KV, logits and features to the front of the block, in a real SGLang KV
 pool (the native move the CPU layer selects)."""
 
@@ -8,10 +8,10 @@ import torch
 from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool
 
 import dflash_sglang.cpu  # noqa: F401  (the CPU pool's native KV move)
-from dflash_sglang import tree
 from dflash_sglang.cpu.kv_pool import native_kv_move_on_cpu
-from dflash_sglang.tree_batch import build_batch_trees
-from dflash_sglang.tree_verify import accept, move_path_to_front, predictions
+from dflash_sglang.tree import build as tree
+from dflash_sglang.tree.batch import build_batch_trees
+from dflash_sglang.tree.verify import accept, move_path_to_front, predictions
 
 BS, DEPTH, VOCAB, BUDGET, K = 3, 5, 12, 9, 3
 N = BUDGET + 1

@@ -1,4 +1,4 @@
-"""tree_widths.py without a server: tree budgets as verify widths. Best-first trees nest (a smaller
+"""tree/widths.py without a server: tree budgets as verify widths. Best-first trees nest (a smaller
 budget's tree is the larger one's first nodes), so one walk tells what every smaller budget would
 have accepted; the per-request means behind the adaptive policy; the host copies a step later,
 with no host sync; the policy's choice of budget under load."""
@@ -9,13 +9,14 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from dflash_sglang import host_sync, verify_width
-from dflash_sglang.config import DFlashConfigError
-from dflash_sglang.tree_batch import build_batch_trees, follow_batch
-from dflash_sglang.tree_verify import accept
-from dflash_sglang.tree_widths import TreeAcceptance, TreeAcceptanceProfile, accepted_within, tree_widths
-from dflash_sglang.verify_width import VerifyWidth
-from dflash_sglang.width_policy import StepCost, best_width
+from dflash_sglang.errors import DFlashConfigError
+from dflash_sglang.runtime import host_sync
+from dflash_sglang.tree.batch import build_batch_trees, follow_batch
+from dflash_sglang.tree.verify import accept
+from dflash_sglang.tree.widths import TreeAcceptance, TreeAcceptanceProfile, accepted_within, tree_widths
+from dflash_sglang.width import verify_width
+from dflash_sglang.width.policy import StepCost, best_width
+from dflash_sglang.width.verify_width import VerifyWidth
 
 BS, DEPTH, VOCAB, K, WIDEST = 4, 6, 10, 3, 24
 

@@ -1,11 +1,11 @@
-"""verify_width.py without a server: the forced width cycle and its startup errors (the decode
+"""width/verify_width.py without a server: the forced width cycle and its startup errors (the decode
 steps themselves are tested in tests/server/test_verify_width.py)."""
 
 import pytest
 
-from dflash_sglang import verify_width
-from dflash_sglang.config import DFlashConfigError
-from dflash_sglang.verify_width import WIDTHS_ENV, VerifyWidth
+from dflash_sglang.errors import DFlashConfigError
+from dflash_sglang.width import verify_width
+from dflash_sglang.width.verify_width import WIDTHS_ENV, VerifyWidth
 
 
 @pytest.fixture(autouse=True)

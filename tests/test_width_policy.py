@@ -1,4 +1,4 @@
-"""width_policy.py: the chosen width equals a brute-force search that computes expectations by
+"""width/policy.py: the chosen width equals a brute-force search that computes expectations by
 enumerating acceptance outcomes; the per-position estimates recover known acceptance rates from
 steps of mixed widths (censoring); and load moves the choice the way the issue expects."""
 
@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from dflash_sglang.width_policy import AcceptanceProfile, StepCost, best_width
+from dflash_sglang.width.policy import AcceptanceProfile, StepCost, best_width
 
 B = 8
 WIDTHS = list(range(1, B + 1))

@@ -1,4 +1,4 @@
-"""width_stats.py without a server: per-request acceptance fed from SGLang's histogram and paired
+"""width/stats.py without a server: per-request acceptance fed from SGLang's histogram and paired
 with the widths verified, oldest first (also one step behind, as under the overlap loop); step
 times kept per token count, as a non-decreasing curve."""
 
@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from dflash_sglang.width_stats import RequestAcceptance, StepTimes
+from dflash_sglang.width.stats import RequestAcceptance, StepTimes
 
 B = 4
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sglang.srt.runtime_context import get_memory
 
-from .streams import drafter_stream_wanted
+from .runtime.streams import drafter_stream_wanted
 from .worker import DFlashWorker
 
 

@@ -1,11 +1,11 @@
 """SGLang plugin entry point (group `sglang.srt.plugins`), loaded by SGLang in every process.
 
 Through SGLang's HookRegistry it
-- accepts the seed cards' option names for SGLang's own options (cli_aliases.py),
+- accepts the seed cards' option names for SGLang's own options (admission/cli_aliases.py),
 - names the options to change when a hybrid target's cache strategy cannot speculate
-  (startup_checks.py),
+  (admission/startup_checks.py),
 - refuses prompt ids outside the vocabulary, empty prompts and bad sample counts `n` with a 400
-  (input_checks.py; SGLang's scheduler dies of the first two, the third is a 500),
+  (admission/input_checks.py; SGLang's scheduler dies of the first two, the third is a 500),
 - makes `--speculative-algorithm DFLASH` build this package's worker,
 - resolves `architectures: ["DFlashDraftModel"]` to this package's draft model,
 - installs the torch stand-ins for GPU-only kernels; each one acts only on CPU tensors and
@@ -22,7 +22,7 @@ Which worker, as the seed cards toggle "schedule overlapping":
 Environment:
   DFLASH_SGLANG_DISABLE=1         the plugin does nothing
   DFLASH_SGLANG_WORKER=builtin    keep the CPU layer, run SGLang's built-in DFLASH worker
-  DFLASH_SGLANG_CHECK_HOST_SYNC=1 fail any step that reads device data on the host (host_sync.py)
+  DFLASH_SGLANG_CHECK_HOST_SYNC=1 fail any step that reads device data on the host (runtime/host_sync.py)
 """
 
 from __future__ import annotations
@@ -54,8 +54,9 @@ def register() -> None:
         return
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
-    from . import cli_aliases, input_checks, request_checks, startup_checks, tree_switches
+    from .admission import cli_aliases, input_checks, request_checks, startup_checks
     from .cpu import install as install_cpu_stand_ins
+    from .tree import switches as tree_switches
 
     install_cpu_stand_ins()
     HookRegistry.register(cli_aliases.TARGET, cli_aliases.add_seed_card_aliases, HookType.AFTER)
@@ -78,7 +79,10 @@ def register() -> None:
         "sglang.srt.arg_groups.speculative_hook._handle_dflash", _resolve_schedule, HookType.AFTER
     )
     HookRegistry.register(request_checks.TARGET, request_checks.refuse_unsupported_requests, HookType.AROUND)
-    HookRegistry.register(tree_switches.HANDLE_DFLASH, tree_switches.resolve_tree_switches, HookType.AROUND)
+    # BEFORE and AFTER, not AROUND: the CPU layer already wraps `_handle_dflash` (cpu/policy.py),
+    # and SGLang warns at every startup about two AROUND hooks on one target.
+    HookRegistry.register(tree_switches.HANDLE_DFLASH, tree_switches.declare_a_chain, HookType.BEFORE)
+    HookRegistry.register(tree_switches.HANDLE_DFLASH, tree_switches.declare_the_tree_width, HookType.AFTER)
 
 
 def _resolve_schedule(result, server_args):
@@ -108,6 +112,6 @@ def _resolve_model_cls(original, registry, architectures):
     first = architectures if isinstance(architectures, str) else (architectures or [None])[0]
     if first != DRAFT_ARCHITECTURE:
         return original(registry, architectures)
-    from .sglang_draft import DFlashDraftModel
+    from .drafter.sglang_model import DFlashDraftModel
 
     return DFlashDraftModel, first

@@ -24,10 +24,11 @@ from pathlib import Path
 
 import torch
 
-from .accept import accepted_prefix_length
-from .model import DFlashDraftModel, DraftContextCache, target_features
-from .reference import propose
-from .tree import build_tree, follow
+from .drafter.context import DraftContextCache, target_features
+from .drafter.model import DFlashDraftModel
+from .drafter.reference import propose
+from .sampling.accept import accepted_prefix_length
+from .tree.build import build_tree, follow
 
 RANK_BUCKETS = (1, 2, 4, 8, 16, 64)  # the probe reports P(rank < k) for these k
 

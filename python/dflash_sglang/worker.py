@@ -5,7 +5,7 @@ One decode step, in three phases (`forward_batch_generation`):
     draft   block = [last verified token, mask x (B-1)] at positions seq_len .. seq_len+B-1,
             embedded with the target's embedding; one drafter forward (TARGET_VERIFY mode,
             non-causal over the injected context); the target's LM head -> B-1 draft tokens,
-            or a tree of N nodes (drafting.py, tree_verify.py)
+            or a tree of N nodes (step/drafting.py, tree/verify.py)
     verify  one target TARGET_VERIFY forward over the block, capturing the configured layers'
             hidden states; acceptance (greedy, or lossless rejection sampling; a tree's walk)
     commit  publish the new lengths (`on_publish`), inject the committed positions' target
@@ -17,7 +17,7 @@ slots are reserved ahead, rejected ones are simply overwritten next step.
 
 No phase reads device data on the host, so SGLang's overlap scheduler can plan step t+1 while step
 t runs. `DFlashWorker` runs under SGLang's synchronous loop; `DFlashOverlapWorker` (overlap.py) under
-the overlap loop, with the drafter-side work on its own CUDA stream (streams.py, docs/overlap.md).
+the overlap loop, with the drafter-side work on its own CUDA stream (runtime/streams.py, docs/overlap.md).
 """
 
 from __future__ import annotations
@@ -40,24 +40,25 @@ from sglang.srt.speculative.draft_worker_common import (
 )
 from sglang.srt.utils import async_h2d
 
-from . import dp_attention, host_sync, tree_verify
-from .accept import Acceptance, greedy_accept
-from .block import Block
-from .config import DFlashConfigError
-from .draft_window import DraftWindow, allocate_window_pool, refuse_unsupported_setups
-from .drafting import Drafting
-from .hybrid import RecurrentStateCommit
-from .penalties import PenaltyLedger, PenaltyParams
-from .request_outputs import attach_request_outputs
-from .sampled_verify import sampled_accept
-from .sampling_prewarm import prewarm_sampled_verify
-from .simulated_acceptance import SimulatedAcceptance
-from .spec_info import DFlashDraftState, host_read_bound
-from .streams import DrafterStream
-from .tp_agreement import TpAgreement, draft_scope
-from .tree_switches import tree_settings
-from .verify_logits import adjust_verify_logits, grammar_tree
-from .verify_width import VerifyWidth
+from .errors import DFlashConfigError
+from .runtime import dp_attention, host_sync
+from .runtime.block import Block
+from .runtime.spec_info import DFlashDraftState, host_read_bound
+from .runtime.streams import DrafterStream
+from .sampling.accept import Acceptance, greedy_accept
+from .sampling.penalties import PenaltyLedger, PenaltyParams
+from .sampling.prewarm import prewarm_sampled_verify
+from .sampling.sampled_verify import sampled_accept
+from .sampling.verify_logits import adjust_verify_logits, grammar_tree
+from .step.draft_window import DraftWindow, allocate_window_pool, refuse_unsupported_setups
+from .step.drafting import Drafting
+from .step.hybrid import RecurrentStateCommit
+from .step.request_outputs import attach_request_outputs
+from .step.tp_agreement import TpAgreement, draft_scope
+from .tree import verify as tree_verify
+from .tree.switches import tree_settings
+from .width.simulated_acceptance import SimulatedAcceptance
+from .width.verify_width import VerifyWidth
 
 logger = logging.getLogger(__name__)
 
@@ -71,7 +72,7 @@ class DFlashWorker(Drafting, BaseSpecWorker):
         self._target_worker = target_worker
         self.model_runner = target_worker.model_runner
         self.device = target_worker.device
-        self.tp = TpAgreement()  # every TP rank commits rank 0's tokens (tp_agreement.py)
+        self.tp = TpAgreement()  # every TP rank commits rank 0's tokens (step/tp_agreement.py)
         with draft_scope(self.model_runner):  # sharded like the target, as SGLang builds drafters
             bundle = build_draft_tp_worker(
                 server_args=server_args,
@@ -91,7 +92,7 @@ class DFlashWorker(Drafting, BaseSpecWorker):
                 f"dflash_config.target_layer_ids = {list(config.target_layer_ids)} but the target "
                 f"captures layers {list(captured)}"
             )
-        # A tree verifies N nodes from a drafter block of B (tree_switches.py); a chain, B = N.
+        # A tree verifies N nodes from a drafter block of B (tree/switches.py); a chain, B = N.
         self.tree = tree_settings(server_args)
         spec = get_spec()
         block = spec.speculative_dflash_block_size if self.tree else spec.speculative_num_draft_tokens
@@ -110,7 +111,7 @@ class DFlashWorker(Drafting, BaseSpecWorker):
             refuse_unsupported_setups(server_args, self.window_size)
         self.window: DraftWindow | None = None
         self.drafter = DrafterStream(self.device, enabled=self.wants_drafter_stream(server_args))
-        # How much of each block (or how many tree nodes) a step verifies (verify_width.py).
+        # How much of each block (or how many tree nodes) a step verifies (width/verify_width.py).
         tree_nodes = self.tree.width if self.tree else None
         self.widths = VerifyWidth(self.block_size, self.device, get_parallel().tp_group, tree_nodes)
         if self.tree is not None:  # refuses what trees do not serve yet; the drafter's log q
@@ -254,7 +255,7 @@ class DFlashWorker(Drafting, BaseSpecWorker):
         return result
 
     def count_first_tokens(self, batch, first_tokens):
-        """Penalties count generated tokens from each request's (re)prefill on (penalties.py)."""
+        """Penalties count generated tokens from each request's (re)prefill on (sampling/penalties.py)."""
         if self.penalties is None and PenaltyParams.of(batch.reqs, self.device) is not None:
             slots = self.model_runner.req_to_token_pool.req_to_token.shape[0]
             vocab = self.model_runner.model_config.vocab_size
@@ -277,7 +278,7 @@ class DFlashWorker(Drafting, BaseSpecWorker):
             new_seq_lens=state.new_seq_lens,
         )
 
-    # ---- draft: drafting.py (the Drafting mixin) ----------------------------------------------
+    # ---- draft: step/drafting.py (the Drafting mixin) ----------------------------------------------
 
     # ---- verify ------------------------------------------------------------------------------
 
@@ -330,7 +331,7 @@ class DFlashWorker(Drafting, BaseSpecWorker):
             tree_verify.move_path_to_front(front, block.cache_loc, kv_pool, target_out.logits_output)
             return target_out, accepted
         drafts = block.tokens[:, 1:]
-        if self.simulated is not None:  # benchmarking only (simulated_acceptance.py)
+        if self.simulated is not None:  # benchmarking only (width/simulated_acceptance.py)
             accepted = self.simulated.accept(block.tokens, logits.argmax(-1).view(-1, size))
         elif info is None or info.is_all_greedy:
             accepted = greedy_accept(drafts, logits.argmax(-1).view(-1, size))

@@ -1,5 +1,5 @@
 """Tensor parallelism on CPU over gloo (cpu/collectives.py), the TP draft argmax and rank 0's
-acceptance on every rank (tp_agreement.py): two real ranks (tp_probe.py) build SGLang's own TP
+acceptance on every rank (step/tp_agreement.py): two real ranks (tp_probe.py) build SGLang's own TP
 group and run its collectives against plain torch references."""
 
 import json

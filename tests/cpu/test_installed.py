@@ -12,7 +12,7 @@ import pytest
 
 from dflash_sglang.cpu.hooks import HOOKS
 from dflash_sglang.cpu.policy import SOURCE
-from dflash_sglang.testing.tiny import write_tiny_pair
+from dflash_sglang.testing.tiny_dense import write_tiny_pair
 from dflash_sglang.testing.tiny_hybrid import write_tiny_hybrid_pair
 
 

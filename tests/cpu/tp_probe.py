@@ -16,10 +16,10 @@ def main():
     from sglang.srt.distributed import parallel_state
     from sglang.srt.plugins.hook_registry import HookRegistry
 
-    from dflash_sglang.accept import Acceptance
     from dflash_sglang.cpu import install
-    from dflash_sglang.sampling import vocab_parallel_argmax
-    from dflash_sglang.tp_agreement import TpAgreement
+    from dflash_sglang.sampling.accept import Acceptance
+    from dflash_sglang.sampling.distribution import vocab_parallel_argmax
+    from dflash_sglang.step.tp_agreement import TpAgreement
 
     report = {}
     parallel_state.init_distributed_environment(

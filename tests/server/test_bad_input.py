@@ -6,7 +6,7 @@ on) while good requests stream.
 
 - No 5xx, no crash: SGLang 0.5.23 itself died of some of these (out-of-vocabulary prompt ids, an
   empty text prompt, top_logprobs_num above the vocabulary, logprob_start_len below -1) or
-  answered 500 (n null or 10**12); input_checks.py refuses them with a 400.
+  answered 500 (n null or 10**12); admission/input_checks.py refuses them with a 400.
 - Ours answers each with the no-spec server's status (where it refuses, with a message; where it
   answers, with the same tokens).
 - Every good request, streamed alongside, completes with the no-spec server's text.

@@ -1,4 +1,4 @@
-"""The draft window (`--speculative-dflash-draft-window-size W`, draft_window.py) in real SGLang
+"""The draft window (`--speculative-dflash-draft-window-size W`, step/draft_window.py) in real SGLang
 servers on CPU: the drafter sees only the last W committed tokens and keeps its KV in a ring of
 W + B slots per request. Prompts and outputs far longer than the window, alone, concurrent and
 through a radix-cache hit, give exactly the no-spec server's tokens; the draft KV pool is sized by
@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from dflash_sglang.testing.server import SGLangServer
-from dflash_sglang.testing.tiny import sliding_drafter, write_tiny_pair
+from dflash_sglang.testing.tiny_dense import sliding_drafter, write_tiny_pair
 
 from .pairs import HOT_SHAPE, chat_prompts, load
 

@@ -21,7 +21,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from dflash_sglang.testing.server import SGLangServer
-from dflash_sglang.testing.tiny import write_tiny_pair
+from dflash_sglang.testing.tiny_dense import write_tiny_pair
 
 from .conftest import OVERLAP_CHECKED, PLAIN, SHARED_BLOCK, dflash_args
 from .pairs import HOT_SHAPE, chat_prompts, load

@@ -16,7 +16,7 @@ import urllib.request
 
 import pytest
 
-from dflash_sglang.request_checks import HIDDEN_STATES_MESSAGE
+from dflash_sglang.admission.request_checks import HIDDEN_STATES_MESSAGE
 
 from .pairs import chat_prompts, load
 

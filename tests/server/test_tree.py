@@ -1,4 +1,4 @@
-"""Tree verification (`--speculative-eagle-topk K > 1`, tree_verify.py) in real SGLang servers on
+"""Tree verification (`--speculative-eagle-topk K > 1`, tree/verify.py) in real SGLang servers on
 CPU (float32), on the hot tiny pair's block-8 drafter.
 
 Greedy: token-identical to the no-spec server, one at a time (with the engine-free oracle's
@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import torch
 
-from dflash_sglang.reference import dflash_generate
+from dflash_sglang.drafter.reference import dflash_generate
 from dflash_sglang.testing.server import SGLangServer
 
 from . import hybrid

@@ -1,4 +1,4 @@
-"""Tree budgets as verify widths (tree_widths.py) in real SGLang servers on CPU (float32), on the
+"""Tree budgets as verify widths (tree/widths.py) in real SGLang servers on CPU (float32), on the
 hot tiny pair's block-8 drafter with trees of up to 16 nodes (K 4).
 
 - `DFLASH_SGLANG_VERIFY_WIDTHS` forces every step through trees of 16, 5, 2, 9, 3 and 4 nodes and
@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from dflash_sglang.testing.server import SGLangServer
-from dflash_sglang.verify_width import ADAPTIVE_ENV, REPORT_EVERY, WIDTHS_ENV
+from dflash_sglang.width.verify_width import ADAPTIVE_ENV, REPORT_EVERY, WIDTHS_ENV
 
 from .conftest import OVERLAP_CHECKED, PLAIN
 from .pairs import load, word_prompts

@@ -1,4 +1,4 @@
-"""Lossless across verify widths (verify_width.py): `DFLASH_SGLANG_VERIFY_WIDTHS` forces every
+"""Lossless across verify widths (width/verify_width.py): `DFLASH_SGLANG_VERIFY_WIDTHS` forces every
 decode step's width through a changing cycle, whole block, plain decoding (width 1) and partial
 blocks in turn, so consecutive steps switch width, per step, across the batch.
 
@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from dflash_sglang.testing.server import SGLangServer
-from dflash_sglang.verify_width import ADAPTIVE_ENV, REPORT_EVERY, WIDTHS_ENV
+from dflash_sglang.width.verify_width import ADAPTIVE_ENV, REPORT_EVERY, WIDTHS_ENV
 
 from . import hybrid
 from .conftest import OVERLAP_CHECKED, PLAIN, dflash_args

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from dflash_sglang.testing.server import ServerError, SGLangServer
-from dflash_sglang.testing.tiny import TinyShape
+from dflash_sglang.testing.tiny_dense import TinyShape
 
 from .pairs import make_pair
 

@@ -20,8 +20,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..simulated_acceptance import PROFILE_ENV, parse_rates
-from ..testing.tiny import TinyShape, write_tiny_pair
+from ..testing.tiny_dense import TinyShape, write_tiny_pair
+from ..width.simulated_acceptance import PROFILE_ENV, parse_rates
 from .cli import concurrency_list
 from .client import Sampling
 from .prompts import load_prompts, take

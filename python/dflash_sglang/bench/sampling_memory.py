@@ -19,8 +19,8 @@ from types import SimpleNamespace
 
 import torch
 
-from ..accept import rejection_accept
-from ..sampling import target_distribution
+from ..sampling.accept import rejection_accept
+from ..sampling.distribution import target_distribution
 
 TOP_K_ALL = 1 << 30
 CASES = {  # name -> per request (temperature, top_k, top_p, min_p), for request index i
@@ -55,13 +55,13 @@ def batch(case: str, requests: int):
 
 def measure_one(case: str, path: str, requests: int, block: int, vocab: int) -> dict:
     """In this (fresh) process: peak RSS growth of one step, then the time of another."""
-    if path == "dense":  # the path before sampled_verify: still the oracle's (reference.py)
+    if path == "dense":  # the path before sampled_verify: still the oracle's (drafter/reference.py)
 
         def step(drafts, logits, info, block, reqs=None):
             return rejection_accept(drafts, target_distribution(logits, info, block))
 
     else:
-        from ..sampled_verify import sampled_accept as step
+        from ..sampling.sampled_verify import sampled_accept as step
     g = torch.Generator().manual_seed(0)
     logits = torch.randn(requests * block, vocab, generator=g)
     drafts = logits.view(requests, block, vocab)[:, :-1].argmax(-1)  # point proposals

@@ -23,9 +23,9 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..config import DFlashConfig
+from ..drafter.config import DFlashConfig
 from ..testing.server import CPU_ARGS, ServerError, SGLangServer
-from ..testing.tiny import TinyShape, write_tiny_pair
+from ..testing.tiny_dense import TinyShape, write_tiny_pair
 from . import report
 from .cli import concurrency_list
 from .client import Sampling

@@ -28,7 +28,7 @@ from __future__ import annotations
 import torch
 from torch.nn.functional import scaled_dot_product_attention
 
-from ..model import block_visibility as model_block_visibility
+from ..drafter.model import block_visibility as model_block_visibility
 from . import mla
 
 TARGET = "sglang.srt.layers.attention.torch_native_backend.TorchNativeAttnBackend.forward_extend"
@@ -208,7 +208,7 @@ def forward_target_verify(backend, q, k, v, layer, forward_batch, save_kv_cache=
     causal = layer.attn_type != AttentionType.ENCODER_ONLY
     query_lens = [n] * forward_batch.batch_size
     prefix_lens = forward_batch.seq_lens
-    tree_mask = getattr(forward_batch.spec_info, "custom_mask", None)  # a tree verify (tree_verify.py)
+    tree_mask = getattr(forward_batch.spec_info, "custom_mask", None)  # a tree verify (tree/verify.py)
     return _attend(
         backend,
         q,

@@ -10,8 +10,8 @@ from typing import Any
 
 import torch
 
-from ..accept import Acceptance, greedy_accept, rejection_accept
-from ..sampling import target_distribution
+from ..sampling.accept import Acceptance, greedy_accept, rejection_accept
+from ..sampling.distribution import target_distribution
 from .shapes import Shapes
 from .timing import Captured, median_ms, replay_vs_eager
 

@@ -9,8 +9,9 @@ from typing import Any
 import torch
 from torch.nn import functional as F
 
-from ..config import DFlashConfig
-from ..model import DFlashDraftModel, DraftContextCache, block_visibility
+from ..drafter.config import DFlashConfig
+from ..drafter.context import DraftContextCache
+from ..drafter.model import DFlashDraftModel, block_visibility
 from .shapes import Shapes
 from .timing import Captured, median_ms, same
 

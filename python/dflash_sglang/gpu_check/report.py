@@ -78,7 +78,7 @@ def render(report: dict[str, Any]) -> str:
         "",
         drafter_table(report["drafter"]),
         "",
-        "## Verify-side math: dflash_sglang.sampling / accept",
+        "## Verify-side math: dflash_sglang.sampling.distribution / accept",
         "",
         acceptance_table(report["acceptance"]),
         "",

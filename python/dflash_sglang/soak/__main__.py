@@ -22,7 +22,7 @@ from pathlib import Path
 from transformers import AutoTokenizer
 
 from ..testing.server import SGLangServer
-from ..testing.tiny import CORPUS
+from ..testing.tiny_dense import CORPUS
 from ..testing.tiny_hybrid import HybridShape, write_tiny_hybrid_pair
 from .run import kv_tokens_in_use_after_flush, run_workload, summary
 from .workload import make_workload

@@ -32,7 +32,15 @@ from transformers import (
     Qwen3MoeForCausalLM,
 )
 
-from .tiny import MASK_TOKEN, TinyPair, TinyShape, _init_, build_tokenizer, target_config_fields, tiny_draft
+from .tiny_dense import (
+    MASK_TOKEN,
+    TinyPair,
+    TinyShape,
+    _init_,
+    build_tokenizer,
+    target_config_fields,
+    tiny_draft,
+)
 
 FAMILIES = ("llama", "qwen3_moe", "gpt_oss", "deepseek_v3")
 # Small enough that prompts of a few dozen tokens already slide out of it.

@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 from transformers import Qwen3_5ForCausalLM, Qwen3_5MoeForCausalLM, Qwen3_5MoeTextConfig, Qwen3_5TextConfig
 
-from .tiny import MASK_TOKEN, TinyPair, TinyShape, _init_, build_tokenizer, tiny_draft
+from .tiny_dense import MASK_TOKEN, TinyPair, TinyShape, _init_, build_tokenizer, tiny_draft
 
 
 @dataclasses.dataclass(frozen=True)

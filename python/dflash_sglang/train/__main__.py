@@ -17,8 +17,8 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from ..model import DFlashDraftModel
-from ..testing.tiny import MASK_TOKEN
+from ..drafter.model import DFlashDraftModel
+from ..testing.tiny_dense import MASK_TOKEN
 from .data import encode_all, prompt_ids, read_jsonl
 from .drafter import DrafterRecipe, drafter_config, train_drafter
 from .loop import Schedule

@@ -10,8 +10,8 @@ import dataclasses
 
 import torch
 
-from ..config import FULL_ATTENTION, DFlashConfig, default_target_layer_ids
-from ..model import DFlashDraftModel
+from ..drafter.config import FULL_ATTENTION, DFlashConfig, default_target_layer_ids
+from ..drafter.model import DFlashDraftModel
 from .blocks import default_gamma, make_blocks, sample_anchors
 from .data import Batch, Example, epoch_batches
 from .evaluate import acceptance

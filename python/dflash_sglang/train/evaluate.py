@@ -6,8 +6,8 @@ import dataclasses
 
 import torch
 
-from ..model import DFlashDraftModel
-from ..reference import dflash_generate
+from ..drafter.model import DFlashDraftModel
+from ..drafter.reference import dflash_generate
 
 
 @dataclasses.dataclass

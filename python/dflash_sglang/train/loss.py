@@ -2,7 +2,7 @@
 
 The frozen target runs once over the clean sequences; its selected layers' hidden states become
 the drafter's context (fused, then per-layer keys/values, as in KV injection at inference). The
-blocks go through model.py's own layers with an `attend` that applies the training visibility
+blocks go through drafter/model.py's own layers with an `attend` that applies the training visibility
 (blocks.py) on top of each layer's own (window, causality).
 """
 
@@ -13,7 +13,8 @@ import dataclasses
 import torch
 import torch.nn.functional as F
 
-from ..model import DFlashDraftModel, block_visibility, target_features
+from ..drafter.context import target_features
+from ..drafter.model import DFlashDraftModel, block_visibility
 from .blocks import IGNORE, Blocks
 
 

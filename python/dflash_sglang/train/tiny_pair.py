@@ -25,8 +25,8 @@ import jinja2
 import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
-from ..model import DFlashDraftModel
-from ..testing.tiny import CHAT_TEMPLATE, MASK_TOKEN, TinyPair, build_tokenizer
+from ..drafter.model import DFlashDraftModel
+from ..testing.tiny_dense import CHAT_TEMPLATE, MASK_TOKEN, TinyPair, build_tokenizer
 from .causal_lm import train_causal_lm
 from .data import encode_all, prompt_ids, read_jsonl
 from .drafter import DrafterRecipe, drafter_config, train_drafter

@@ -4,7 +4,7 @@ A no-spec server samples each token from logits adjusted in this order (`ModelRu
 then `Sampler._preprocess_logits`): penalties, the grammar's vocabulary mask, `logit_bias`, custom
 logit processors, NaN sanitising. Here the same order runs over a block's B positions at once:
 
-    penalties      exact per position, or per tree node along its root path (penalties.py)
+    penalties      exact per position, or per tree node along its root path (sampling/penalties.py)
     grammar        position k is masked by the grammar's state after accepting d_1 .. d_k
                    (SGLang's GrammarTree over the chain, as its own DFLASH worker builds it; a
                    tree node after its root path, as for EAGLE trees); the overlap loop's barrier
@@ -24,7 +24,7 @@ from sglang.srt.layers.sampler import apply_custom_logit_processor
 from sglang.srt.speculative.spec_utils import GrammarTree, build_grammar_vocab_mask
 from sglang.srt.utils.async_probe import sanitize_nan_logits
 
-from . import host_sync
+from ..runtime import host_sync
 from .penalties import PenaltyLedger, PenaltyParams
 
 

@@ -25,7 +25,7 @@ import dataclasses
 
 import torch
 
-from .config import DFlashConfigError
+from ..errors import DFlashConfigError
 
 SINK = 0
 

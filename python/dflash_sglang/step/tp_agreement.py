@@ -24,7 +24,7 @@ from sglang.srt.speculative.draft_parallel import model_draft_parallel_spec, res
 from sglang.srt.speculative.spec_tp_sync import SpecTpSync, SpecTpSyncSite
 from sglang.srt.speculative.spec_utils import draft_pp_context, draft_tp_context
 
-from .accept import Acceptance
+from ..sampling.accept import Acceptance
 
 
 @contextlib.contextmanager

@@ -27,8 +27,8 @@ import torch
 from sglang.srt.environ import envs
 from sglang.srt.speculative.spec_utils import sample_simulated_acc_len
 
-from .accept import Acceptance, accepted_prefix_length
-from .config import DFlashConfigError
+from ..errors import DFlashConfigError
+from ..sampling.accept import Acceptance, accepted_prefix_length
 
 PROFILE_ENV = "DFLASH_SGLANG_SIMULATE_ACCEPTANCE"
 SGLANG_LENGTH_ENV = "SGLANG_SIMULATE_ACC_LEN"

@@ -12,7 +12,7 @@ of the padded [bs, B] layout, and everything a request asked for must come in th
     routed experts, DSA indexer top-k
                       the target's verify forward's own outputs, passed through
     return_hidden_states
-                      refused per request (request_checks.py): the verify captures the drafter's
+                      refused per request (admission/request_checks.py): the verify captures the drafter's
                       feature layers, not the final hidden states a no-spec server returns
 """
 

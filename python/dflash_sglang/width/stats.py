@@ -23,7 +23,7 @@ from collections import deque
 
 import torch
 
-from .width_policy import AcceptanceProfile, StepCost
+from .policy import AcceptanceProfile, StepCost
 
 
 class RequestAcceptance:

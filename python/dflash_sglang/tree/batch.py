@@ -22,8 +22,8 @@ from typing import NamedTuple
 
 import torch
 
-from .accept import Acceptance
-from .tree import Tree
+from ..sampling.accept import Acceptance
+from .build import Tree
 
 
 @dataclasses.dataclass(frozen=True)

@@ -13,14 +13,18 @@ reads K from the operator's raw input (`server_args._raw_input`, SGLang's own re
 from __future__ import annotations
 
 import logging
+from contextvars import ContextVar
 from dataclasses import dataclass
 
-from .config import DFlashConfigError
+from ..errors import DFlashConfigError
 
 logger = logging.getLogger(__name__)
 
 HANDLE_DFLASH = "sglang.srt.arg_groups.speculative_hook._handle_dflash"
-SOURCE = "dflash_sglang.tree_switches"
+SOURCE = "dflash_sglang.tree.switches"
+
+# (K, N) the operator asked for, from the BEFORE hook to the AFTER hook of one `_handle_dflash`.
+_requested_width: ContextVar[tuple[int, int] | None] = ContextVar("requested_tree_width", default=None)
 
 
 @dataclass(frozen=True)
@@ -45,28 +49,40 @@ def tree_settings(server_args) -> TreeSettings | None:
     return TreeSettings(max_children=topk, width=int(get_spec().speculative_num_draft_tokens))
 
 
-def resolve_tree_switches(original, server_args):
-    """AROUND _handle_dflash: with topk > 1, SGLang resolves the drafter's block and we then
-    declare the verify width N in its place (SGLang keeps topk 1: a chain of N verify tokens)."""
+def declare_a_chain(server_args):
+    """BEFORE _handle_dflash: with topk > 1, SGLang's handler must see a chain: topk 1, and N
+    unset so that it resolves the drafter's block (from --speculative-dflash-block-size or the
+    drafter's config) without insisting N == B. The verify width N is kept for the AFTER hook."""
     from sglang.srt.arg_groups.overrides import declare_resolution, resolving_view
 
     cfg = resolving_view(server_args)
     topk = cfg.speculative_eagle_topk
     if topk is None or int(topk) <= 1:
-        return original(server_args)
+        _requested_width.set(None)
+        return None
     width = cfg.speculative_num_draft_tokens
     if width is None or int(width) < 2:
         raise DFlashConfigError(
             f"--speculative-eagle-topk {topk} turns DFLASH tree verification on and needs "
             f"--speculative-num-draft-tokens N >= 2, the verify width (node budget + 1); got {width}"
         )
-    # SGLang's handler sees a chain: topk 1, the block from --speculative-dflash-block-size or the
-    # drafter's config (N unset, so it does not insist N == B).
+    _requested_width.set((int(topk), int(width)))
     declare_resolution(server_args, SOURCE, speculative_eagle_topk=1, speculative_num_draft_tokens=None)
-    result = original(server_args)
+    return None
+
+
+def declare_the_tree_width(result, server_args):
+    """AFTER _handle_dflash: the verify width N in the block's place (SGLang keeps topk 1: its
+    KV reservation, buffers and graphs size themselves for a chain of N verify tokens)."""
+    from sglang.srt.arg_groups.overrides import declare_resolution, resolving_view
+
+    requested = _requested_width.get()
+    if requested is None:
+        return result
+    topk, width = requested
     block = int(resolving_view(server_args).speculative_num_draft_tokens)
     declare_resolution(
-        server_args, SOURCE, speculative_num_draft_tokens=int(width), speculative_dflash_block_size=block
+        server_args, SOURCE, speculative_num_draft_tokens=width, speculative_dflash_block_size=block
     )
     logger.info("dflash_sglang: DFLASH tree verification: at most %s children a node, %s nodes "
                 "verified per request (root included), drafter block %d", topk, width, block)  # fmt: skip

@@ -9,7 +9,7 @@ re-raises the refusal with the options to change.
 
 from __future__ import annotations
 
-from .config import DFlashConfigError
+from ..errors import DFlashConfigError
 
 TARGET = "sglang.srt.arg_groups.model_hook.handle_mamba_radix_cache"
 

@@ -20,13 +20,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ..errors import DFlashConfigError
+
 ARCHITECTURE = "DFlashDraftModel"
 FULL_ATTENTION = "full_attention"
 SLIDING_ATTENTION = "sliding_attention"
-
-
-class DFlashConfigError(ValueError):
-    """A drafter config that cannot work; the message names the field and its value."""
 
 
 def default_target_layer_ids(num_target_layers: int, num_features: int) -> list[int]:

@@ -3,8 +3,8 @@
 The block [last verified token, mask x (B-1)] sits at positions seq_len .. seq_len+B-1; one drafter
 forward (TARGET_VERIFY mode, non-causal over the target features injected into the draft KV) gives
 features at the B-1 mask positions, and the target's LM head turns them into the drafts: their
-argmax chain, or a tree of the most probable prefixes (tree_verify.py). The verify then reads the
-block's first `width` positions (verify_width.py) or the tree's N nodes.
+argmax chain, or a tree of the most probable prefixes (tree/verify.py). The verify then reads the
+block's first `width` positions (width/verify_width.py) or the tree's N nodes.
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, Forw
 from sglang.srt.runtime_context import get_parallel
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
-from . import tree_verify
-from .block import Block, block_kv_plan
-from .sampling import vocab_parallel_argmax
-from .spec_info import host_read_bound
-from .verify_width import narrow
+from ..runtime.block import Block, block_kv_plan
+from ..runtime.spec_info import host_read_bound
+from ..sampling.distribution import vocab_parallel_argmax
+from ..tree import verify as tree_verify
+from ..width.verify_width import narrow
 
 
 class Drafting:
@@ -58,7 +58,7 @@ class Drafting:
         bound_cpu = host_read_bound(batch, state, size)
         seq_lens = batch.seq_lens
         draft_lens, draft_loc, draft_plan = seq_lens, None, kv_plan
-        if self.window is not None:  # the drafter reads its own short rows (draft_window.py)
+        if self.window is not None:  # the drafter reads its own short rows (step/draft_window.py)
             draft_lens = self.window.visible_lens(batch.req_pool_indices, seq_lens)
             self.window.write_rows(
                 self.draft_runner.req_to_token_pool.req_to_token, batch.req_pool_indices, seq_lens, draft_lens

@@ -6,13 +6,13 @@ the whole N - 1) by the chain's rule, expected committed tokens per second
 (width_policy.best_width); this module gives it each request's expected accepted drafts per budget.
 
 Best-first trees nest: the tree of budget b is the first b + 1 nodes of every larger budget's tree
-(node order is the pop order, tree_batch.py), and node ids grow along every root path. So one step
+(node order is the pop order, tree/batch.py), and node ids grow along every root path. So one step
 at budget b shows what every budget c <= b would have accepted, from the same target draws (so at
 temperature > 0 too): the accepted path's nodes with ids <= c. Each request keeps the mean of that
 per budget, censored at the budget that ran (as a chain's positions are censored at its width),
 on top of the server's pooled means (worth a few steps; the latest ones, since the first steps of
 a server see little). The counts are computed on the device and
-read on the host a step later (host_copies.py): no host sync.
+read on the host a step later (runtime/host_copies.py): no host sync.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .host_copies import LaggedHostCopies
+from ..runtime.host_copies import LaggedHostCopies
 
 
 def tree_widths(widest: int) -> list[int]:

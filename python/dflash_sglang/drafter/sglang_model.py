@@ -1,7 +1,7 @@
 """The draft model as SGLang's model runner loads it (`architectures: ["DFlashDraftModel"]`).
 
 It is the plain-PyTorch `model.DFlashDraftModel` (same math, same checkpoint names) with its
-decoder layers sharded over the TP ranks like the target (sglang_layers.py) and SGLang's paged
+decoder layers sharded over the TP ranks like the target (drafter/sglang_layers.py) and SGLang's paged
 attention plugged in: each layer attends through a `RadixAttention` over this rank's heads of the
 draft KV pool, which holds the injected context keys/values of every committed position. Full
 layers are `ENCODER_ONLY` (non-causal over context + block), sliding layers causal with a window.
@@ -22,8 +22,9 @@ from sglang.srt.mem_cache.memory_pool import KVWriteLoc
 from sglang.srt.runtime_context import get_parallel
 from torch import nn
 
+from ..errors import DFlashConfigError
 from . import model as plain
-from .config import DFlashConfig, DFlashConfigError
+from .config import DFlashConfig
 from .sglang_layers import ShardedDecoderLayer, checkpoint_shapes, load_checkpoint
 
 logger = logging.getLogger(__name__)

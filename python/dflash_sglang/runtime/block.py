@@ -15,7 +15,7 @@ class Block(NamedTuple):
     cache_loc: torch.Tensor  # [bs * B] KV slots of the block (target pool ids)
     kv_plan: object  # SGLang's KVLocPlan shared by the draft, the verify and the injection
     draft_loc: torch.Tensor  # [bs, B] the block's slots in the draft pool (what injection writes)
-    tree: object = None  # a tree verify's BatchTree (tree_verify.py); None for a chain
+    tree: object = None  # a tree verify's BatchTree (tree/verify.py); None for a chain
 
 
 def block_kv_plan(translator, batch, host_lens: torch.Tensor, cache_loc: torch.Tensor, width: int):

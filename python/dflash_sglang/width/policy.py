@@ -1,6 +1,6 @@
 """The load-adaptive verify width, as a pure function of measured costs and acceptance (docs/adaptive.md).
 
-Each decode step chooses one width w (verify_width.py: the first w positions of every request's
+Each decode step chooses one width w (width/verify_width.py: the first w positions of every request's
 drafted block; w = 1 is plain decoding) to maximise the expected committed tokens per second:
 
     rate(w) = sum over requests i of E_i[tokens | w]  /  cost(bs, w)
@@ -102,7 +102,7 @@ class AcceptanceProfile:
 def best_width(profiles: Sequence, cost: StepCost, widths: Sequence[int]) -> int:
     """The width of `widths` with the most expected committed tokens per second (ties: smaller).
     A profile gives `expected_tokens_at(widths)`: a chain's AcceptanceProfile, or a tree's
-    (tree_widths.py)."""
+    (tree/widths.py)."""
     widths = sorted(widths)
     totals = [0.0] * len(widths)
     for profile in profiles:  # once per request: the policy runs every step

@@ -1,7 +1,7 @@
 """Tree verification in the decode step (DDTree, arXiv 2604.12989; docs/tree.md).
 
 The drafter's one forward gives a distribution at every block position; instead of their argmax
-chain, the step verifies the `width - 1` most probable prefixes (tree_batch.py builds them on the
+chain, the step verifies the `width - 1` most probable prefixes (tree/batch.py builds them on the
 device) in one TARGET_VERIFY forward with an ancestor mask, then walks the target's predictions
 down the tree. Around the chain step it changes three things:
 
@@ -22,12 +22,12 @@ import torch
 from sglang.srt.configs.hybrid_arch import mambaish_config
 from sglang.srt.runtime_context import get_parallel
 
-from .accept import Acceptance
-from .block import Block, block_kv_plan
-from .config import DFlashConfigError
-from .target_law import plan_for, row_laws
-from .tree_batch import BatchTree, build_batch_trees, follow_batch, path_tokens
-from .tree_switches import TreeSettings
+from ..errors import DFlashConfigError
+from ..runtime.block import Block, block_kv_plan
+from ..sampling.accept import Acceptance
+from ..sampling.target_law import plan_for, row_laws
+from .batch import BatchTree, build_batch_trees, follow_batch, path_tokens
+from .switches import TreeSettings
 
 
 def prepare(settings: TreeSettings, block_size: int, server_args, model_runner) -> DraftVocab:
@@ -99,7 +99,7 @@ class DraftVocab:
 def build_trees(
     settings: TreeSettings, verified: torch.Tensor, logprobs: torch.Tensor, width: int
 ) -> BatchTree:
-    """Trees of `width` nodes (the step's verify width, at most N: tree_widths.py)."""
+    """Trees of `width` nodes (the step's verify width, at most N: tree/widths.py)."""
     return build_batch_trees(verified, logprobs, width - 1, settings.max_children)
 
 

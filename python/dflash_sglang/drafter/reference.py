@@ -8,7 +8,7 @@ One request (batch size 1), as in z-lab's `dflash_generate`:
               commit  accept a prefix (+1 target token), crop the target cache, keep the features
                       of the committed positions as the drafter's next context
 
-With `tree_budget`, verify takes a DDTree draft tree instead of the chain (tree.py): the target
+With `tree_budget`, verify takes a DDTree draft tree instead of the chain (tree/build.py): the target
 checks all its nodes in one forward under the ancestor mask, the walk accepts one root path, and
 commit keeps only that path, in path order, in the target cache and the drafter's context.
 """
@@ -20,9 +20,9 @@ import dataclasses
 import torch
 from transformers.cache_utils import DynamicCache, DynamicLayer
 
-from .accept import greedy_accept, rejection_accept, sampling_probs
-from .model import DFlashDraftModel, DraftContextCache, target_features
-from .tree import Tree, accept_sampled, build_tree, walk_greedy
+from ..sampling.accept import greedy_accept, rejection_accept, sampling_probs
+from ..tree.build import Tree, accept_sampled, build_tree, walk_greedy
+from .context import DraftContextCache, target_features
 
 
 @dataclasses.dataclass
@@ -35,7 +35,7 @@ class DFlashOutput:
         return sum(self.accept_lengths) / max(len(self.accept_lengths), 1)
 
 
-def propose(target, draft: DFlashDraftModel, block_ids, block_positions, features, feature_positions, cache):
+def propose(target, draft, block_ids, block_positions, features, feature_positions, cache):
     """Draft logits for block positions 1..B-1: drafter over target embeddings, target lm_head."""
     embeds = target.get_input_embeddings()(block_ids)
     hidden = draft(embeds, block_positions, features, feature_positions, cache)
@@ -52,7 +52,7 @@ def pick(logits: torch.Tensor, temperature: float, generator=None) -> torch.Tens
 @torch.no_grad()
 def dflash_generate(
     target,
-    draft: DFlashDraftModel,
+    draft,
     input_ids,
     max_new_tokens: int,
     *,

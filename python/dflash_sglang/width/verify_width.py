@@ -12,10 +12,10 @@ choice depends only on the step count and host state every rank shares. Under at
 scheduler announces each rank's token count as bs x B before the step, so the width stays B.
 
 Trees (`--speculative-eagle-topk K > 1`): a width w is a tree of w nodes, budget w - 1, up to the
-N of `--speculative-num-draft-tokens`; the policy considers the budgets of tree_widths.py.
+N of `--speculative-num-draft-tokens`; the policy considers the budgets of tree/widths.py.
 
 Switches: `DFLASH_SGLANG_ADAPTIVE_WIDTH=1` chooses each step's width by expected committed tokens
-per second (width_policy.py, from width_stats.py's per-request acceptance and measured step times;
+per second (width/policy.py, from width/stats.py's per-request acceptance and measured step times;
 rank 0's choice on every TP rank). `DFLASH_SGLANG_VERIFY_WIDTHS="8,1,4"` forces a cycle of widths
 step by step (a testing and benchmarking switch: the lossless-across-switching tests use it).
 Neither: every step verifies the whole block.
@@ -29,12 +29,12 @@ from collections import Counter
 
 import torch
 
-from . import dp_attention
-from .block import block_kv_plan
-from .config import DFlashConfigError
-from .tree_widths import TreeAcceptance, tree_widths
-from .width_policy import best_width
-from .width_stats import RequestAcceptance, StepTimes
+from ..errors import DFlashConfigError
+from ..runtime import dp_attention
+from ..runtime.block import block_kv_plan
+from ..tree.widths import TreeAcceptance, tree_widths
+from .policy import best_width
+from .stats import RequestAcceptance, StepTimes
 
 logger = logging.getLogger(__name__)
 

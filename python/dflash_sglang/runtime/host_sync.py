@@ -78,7 +78,7 @@ def mark_device_data(tensors: Iterable) -> None:
 
 
 def landed_on_host(tensor: torch.Tensor) -> None:
-    """A host copy whose copy has finished (host_copies.py): reading it does not wait."""
+    """A host copy whose copy has finished (runtime/host_copies.py): reading it does not wait."""
     setattr(tensor, _MARK, False)
 
 

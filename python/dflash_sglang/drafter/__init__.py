@@ -1,0 +1,15 @@
+"""The drafter: its engine-free definition and the model SGLang loads.
+
+Engine-free (plain PyTorch and transformers, no SGLang; the oracle every engine path is tested
+against):
+    config.py        the published config.json -> DFlashConfig, validated, naming the field
+    model.py         DFlashDraftModel: the drafter in plain PyTorch (`from_pretrained`,
+                     `spec_generate` as on the model cards)
+    reference.py     dflash_generate / spec_generate: z-lab's decoding loop, chain or tree
+SGLang side:
+    sglang_model.py  the drafter as SGLang loads it: model.py's math over RadixAttention
+    sglang_layers.py its decoder layers sharded over TP ranks (SGLang's parallel linears)
+
+May import: errors, sampling/ and tree/ (the acceptance rules and trees the reference decodes with),
+and SGLang in the sglang_* modules only.
+"""

@@ -1,0 +1,12 @@
+"""What every phase of the step shares with SGLang's runtime, below the phases themselves.
+
+    block.py         the step's Block (tokens, positions, KV slots) and its KV plan
+    spec_info.py     DFlashDraftState: the per-batch state SGLang carries between steps
+    host_sync.py     DFLASH_SGLANG_CHECK_HOST_SYNC: fail any step that reads device data on the host
+    host_copies.py   device -> host copies read a step later, without a sync
+    streams.py       the drafter's CUDA stream (overlap worker)
+    dp_attention.py  --enable-dp-attention: an idle rank's IDLE verify, metadata after DP padding
+
+May import: errors and SGLang. Everything above (sampling/, tree/, width/, step/, the worker) may
+import it.
+"""

@@ -1,0 +1,14 @@
+"""Acceptance and the target's law: what a verify step keeps, exactly as the target alone would.
+
+    accept.py          greedy and rejection acceptance, batched, no host syncs (engine-free)
+    distribution.py    a request's target distribution (temperature, top-k/p, min-p); the
+                       TP-safe draft argmax (engine-free)
+    target_law.py      per-row cut and normaliser of the filtered law (engine-free)
+    sampled_verify.py  temperature > 0: exact rejection for point drafts without [bs, B, V] tensors
+    prewarm.py         the startup rehearsal of the sampled verify's memory
+    verify_logits.py   a request's settings on the verify logits, in the no-spec order
+    penalties.py       frequency / presence / repetition / min_new_tokens, exact per position
+
+May import: errors, runtime/ (the host-sync guard) and SGLang; the engine-free modules import
+only torch.
+"""

@@ -1,0 +1,11 @@
+"""The parts the decode step calls (worker.py): each concern behind one small call.
+
+    drafting.py         the draft phase (the Drafting mixin): drafter forward, argmax chain or tree
+    hybrid.py           Qwen3.5/3.6 targets: the recurrent-state commit after verify
+    draft_window.py     --speculative-draft-window-size: the drafter's KV in a ring of W + B
+    tp_agreement.py     --tp-size: the draft TP scope; every rank commits rank 0's tokens
+    request_outputs.py  what the scheduler reads besides tokens: logprobs, sampling masks
+
+May import: every folder below it (errors, runtime/, sampling/, tree/, drafter/, width/) and
+SGLang; never the worker, which imports it.
+"""

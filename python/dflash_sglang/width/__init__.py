@@ -1,0 +1,11 @@
+"""The verify width (docs/adaptive.md): how much of each drafted block, or how many tree nodes, a
+step verifies, and the load-adaptive policy that chooses it.
+
+    verify_width.py          the step's width: forced cycle, adaptive choice, narrowing the block
+    policy.py                expected committed tokens per second over widths (engine-free)
+    stats.py                 what the policy learns: acceptance per request, step cost per width
+    simulated_acceptance.py  DFLASH_SGLANG_SIMULATE_ACCEPTANCE: acceptance drawn at set rates
+                             (benchmarking only)
+
+May import: errors, runtime/, sampling/, tree/ (tree budgets as widths) and SGLang.
+"""

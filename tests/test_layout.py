@@ -1,0 +1,154 @@
+"""The package's layout keeps its promises (docs/architecture.md): a short root, folders that import
+only the folders below them, no import circles, an engine-free core, and every public entry point
+the README names."""
+
+import ast
+import runpy
+import sys
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "python" / "dflash_sglang"
+
+# Bottom to top: a module may import its own folder and the folders before it, never one after.
+LAYERS = [
+    "errors", "runtime", "sampling", "tree", "drafter", "width", "cpu", "step", "admission",
+    "worker", "overlap", "plugin",  # the step and the entry point
+    "testing", "bench", "train", "soak", "gpu_check", "demo", "tree_sim",  # tools around the server
+]  # fmt: skip
+# The engine-free definition: plain PyTorch and transformers, no SGLang.
+ENGINE_FREE = [
+    "errors", "drafter.config", "drafter.model", "drafter.reference", "sampling.accept",
+    "drafter.context", "sampling.distribution", "sampling.target_law", "tree.build", "width.policy",
+]  # fmt: skip
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports_of(path: Path) -> set[str]:
+    """Every dflash_sglang module this file imports, anywhere in it (local imports included)."""
+    name = module_name(path)
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            elif node.module and node.module.split(".")[0] == "dflash_sglang":
+                target = node.module.removeprefix("dflash_sglang").lstrip(".")
+            else:
+                continue
+            for alias in node.names:  # `from . import module` names a module
+                sub = f"{target}.{alias.name}" if target else alias.name
+                found.add(sub if known(sub) else target)
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] == "dflash_sglang":
+                    found.add(alias.name.removeprefix("dflash_sglang").lstrip("."))
+    return {target for target in found if target and target != name}
+
+
+def known(name: str) -> bool:
+    path = PACKAGE.joinpath(*name.split("."))
+    return path.with_suffix(".py").exists() or (path / "__init__.py").exists()
+
+
+MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+GRAPH = {name: imports_of(path) for name, path in MODULES.items()}
+
+
+def layer(name: str) -> int:
+    return LAYERS.index(name.split(".")[0])
+
+
+def test_the_root_holds_at_most_twelve_modules():
+    root = sorted(p.name for p in PACKAGE.glob("*.py") if p.name != "__init__.py")
+    assert len(root) <= 12, root
+
+
+def test_every_folder_says_what_it_is_for():
+    for folder in sorted(p for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()):
+        doc = ast.get_docstring(ast.parse((folder / "__init__.py").read_text()))
+        assert doc and len(doc) > 80, f"{folder.name}/__init__.py needs a paragraph on what it is for"
+        assert folder.name in LAYERS, f"{folder.name}/ has no place in the layers"
+
+
+def test_imports_run_downward_only():
+    upward = [
+        f"{name} imports {target}"
+        for name, targets in GRAPH.items()
+        if name
+        for target in targets
+        if target and layer(target) > layer(name)
+    ]
+    assert not upward, "\n".join(upward)
+
+
+def test_no_import_circles():
+    state, stack, circles = {}, [], []
+
+    def visit(name):
+        state[name] = "open"
+        stack.append(name)
+        for target in sorted(GRAPH.get(name, ())):
+            target = target if target in GRAPH else target.rsplit(".", 1)[0]
+            if state.get(target) == "open":
+                circles.append(stack[stack.index(target) :] + [target])
+            elif target in GRAPH and target not in state:
+                visit(target)
+        stack.pop()
+        state[name] = "done"
+
+    for name in sorted(GRAPH):
+        if name not in state:
+            visit(name)
+    assert not circles, "\n".join(" -> ".join(c) for c in circles)
+
+
+@pytest.mark.parametrize("name", ENGINE_FREE)
+def test_the_engine_free_core_never_imports_sglang(name):
+    tree = ast.parse(MODULES[name].read_text())
+    engine = [
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import | ast.ImportFrom)
+        and any(
+            mod.split(".")[0] in ("sglang", "sgl_kernel", "flashinfer")
+            for mod in ([node.module] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names])
+            if mod
+        )
+    ]
+    assert not engine, f"{name} imports SGLang at lines {engine}"
+    for target in GRAPH[name]:
+        assert target in ENGINE_FREE or target.rsplit(".", 1)[0] in ENGINE_FREE, f"{name} imports {target}"
+
+
+def test_the_public_entry_points_the_readme_names():
+    from dflash_sglang.drafter.model import DFlashDraftModel
+    from dflash_sglang.drafter.reference import dflash_generate, spec_generate
+    from dflash_sglang.overlap import DFlashOverlapWorker
+    from dflash_sglang.plugin import register
+    from dflash_sglang.worker import DFlashWorker
+
+    assert callable(DFlashDraftModel.from_pretrained) and callable(DFlashDraftModel.spec_generate)
+    assert callable(register) and callable(dflash_generate) and callable(spec_generate)
+    assert issubclass(DFlashOverlapWorker, DFlashWorker)
+
+
+TOOLS = ["train", "train.tiny_pair", "bench", "bench.suite", "bench.adaptive", "soak", "gpu_check",
+         "tree_sim", "demo", "testing.tiny"]  # fmt: skip
+
+
+@pytest.mark.parametrize("tool", TOOLS)
+def test_each_tool_runs_as_a_module(tool, capsys, monkeypatch):
+    """`python -m dflash_sglang.<tool> --help` prints its usage (the README's commands)."""
+    monkeypatch.setattr(sys, "argv", [tool, "--help"])
+    with pytest.raises(SystemExit) as done:
+        runpy.run_module(f"dflash_sglang.{tool}", run_name="__main__", alter_sys=True)
+    assert done.value.code == 0
+    assert "usage" in capsys.readouterr().out.lower()
