@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: install system-libs test lint serve demo bench bench-adaptive tiny-pair gpu-check soak
+.PHONY: install system-libs test test-fast lint serve demo bench bench-adaptive tiny-pair gpu-check soak
 
 install: system-libs
 	python3 -m venv $(VENV)
@@ -20,6 +20,10 @@ system-libs:
 
 test:
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The inner loop: every test that starts no SGLang server (tests/server/ holds those).
+test-fast:
+	$(PY) -m pytest --ignore=tests/server $(PYTEST_ARGS)
 
 lint:
 	$(PY) -m ruff check python tests

@@ -71,6 +71,15 @@ def test_overlap_toggles_as_the_seed_cards_use_them(pair, env, flags, worker, sc
     with SGLangServer(pair.target, args, env={**OVERLAP_OFF, **env}) as server:
         log = server.log_path.read_text()
     assert f"DFLASH served by dflash_sglang.{worker} ({schedule} schedule" in log
+    assert_no_warning_of_ours(log)
+
+
+def assert_no_warning_of_ours(log: str) -> None:
+    """A clean startup: SGLang's hook registry has nothing to warn about our hooks (it did when
+    two of them wrapped `_handle_dflash` AROUND), and no warning names this package."""
+    assert "Multiple AROUND hooks" not in log and "Multiple REPLACE hooks" not in log
+    ours = [line for line in log.splitlines() if "dflash_sglang" in line and "warn" in line.lower()]
+    assert not ours, ours
 
 
 @pytest.fixture(scope="module")
