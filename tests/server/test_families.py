@@ -1,13 +1,13 @@
 """Target families beyond dense Qwen3 (testing/tiny_families.py: Llama, Qwen3-MoE, gpt-oss,
 DeepSeek-V3), each in the model class its real checkpoint loads, in real SGLang servers on CPU
-(float32): the no-spec server equals transformers' greedy decoding of the target, and our worker
-(block 4; the plain worker on Llama and DeepSeek-V3, the overlap worker with the host-sync check
-on Qwen3-MoE and gpt-oss) equals that no-spec server token for token, one at a time,
-concurrently, and on radix-cache hits, and its drafts are accepted. gpt-oss runs with SGLang's
-defaults for it (hybrid SWA pool and radix cache) and the CPU layer's attention sinks; DeepSeek-V3
-(MLA) with the CPU layer's MHA-form prefill (cpu/mla.py). On the MoE targets the routed experts
-(`--enable-return-routed-experts`, `return_routed_experts`) of every prompt and generated token
-equal the no-spec server's: the verify forward passes them through. The hybrid MoE family
+(float32): our worker (block 4; the plain worker on Llama and DeepSeek-V3, the overlap worker with
+the host-sync check on Qwen3-MoE and gpt-oss) equals transformers' greedy decoding of the target
+token for token, one at a time, concurrently, and on radix-cache hits, and its drafts are
+accepted. gpt-oss runs with SGLang's defaults for it (hybrid SWA pool and radix cache) and the CPU
+layer's attention sinks; DeepSeek-V3 (MLA) with the CPU layer's MHA-form prefill (cpu/mla.py). On
+Qwen3-MoE the routed experts (`--enable-return-routed-experts`, `return_routed_experts`) of every
+prompt and generated token equal a no-spec server's (which also equals transformers): the verify
+forward passes them through, the same code for every MoE family. The hybrid MoE family
 (Qwen3_5MoeForCausalLM: Gated DeltaNet + attention, experts with a gated shared expert) equals
 transformers' greedy decoding, one at a time and concurrently."""
 
@@ -33,12 +33,8 @@ ARCHITECTURES = {
     "gpt_oss": "GptOssForCausalLM",
     "deepseek_v3": "DeepseekV3ForCausalLM",
 }
-EXTRA_FLAGS = {
-    "llama": [],
-    "qwen3_moe": ["--enable-return-routed-experts"],
-    "gpt_oss": ["--enable-return-routed-experts"],
-    "deepseek_v3": ["--enable-return-routed-experts"],
-}
+# The routed experts' reference is a no-spec server; one MoE family carries it.
+EXTRA_FLAGS = {"llama": [], "qwen3_moe": ["--enable-return-routed-experts"], "gpt_oss": [], "deepseek_v3": []}
 # One server per family, the two workers shared out: the verify forward each family needs is the
 # same in both; the overlap worker runs with the host-sync check.
 WORKERS = {"llama": "plain", "qwen3_moe": "overlap", "gpt_oss": "overlap", "deepseek_v3": "plain"}
@@ -55,12 +51,13 @@ def routed_experts(server, prompts) -> list[str]:
 @pytest.fixture(scope="module", params=FAMILIES)
 def family(request, tmp_path_factory):
     pair = write_tiny_family_pair(tmp_path_factory.mktemp(request.param), request.param, shape=HOT_SHAPE)
-    tokenizer = load(pair.target, pair.draft)[0]
+    tokenizer, target, _ = load(pair.target, pair.draft)
     prompts = [tokenizer(p)["input_ids"] for p in chat_prompts(6)]
+    want = [transformers_greedy(target, ids, tokenizer.eos_token_id) for ids in prompts]
     flags = EXTRA_FLAGS[request.param]
-    with SGLangServer(pair.target, ["--disable-overlap-schedule", *flags]) as nospec:
-        want = [nospec.generate(ids, MAX_NEW)["output_ids"] for ids in prompts]
-        if flags:
+    if flags:
+        with SGLangServer(pair.target, ["--disable-overlap-schedule", *flags]) as nospec:
+            assert [nospec.generate(ids, MAX_NEW)["output_ids"] for ids in prompts] == want
             want_routed = routed_experts(nospec, prompts[:3])
     env = OVERLAP_CHECKED if WORKERS[request.param] == "overlap" else PLAIN
     with SGLangServer(pair.target, [*dflash_args(pair, 4), *flags], env=env) as server:
@@ -80,13 +77,6 @@ def transformers_greedy(target, input_ids: list[int], eos_token_id: int) -> list
     return tokens
 
 
-def test_nospec_server_equals_transformers(family):
-    """SGLang's model class and the CPU layer's stand-ins compute what transformers does."""
-    _, _, prompts, want, pair = family
-    tokenizer, target, _ = load(pair.target, pair.draft)
-    assert [transformers_greedy(target, ids, tokenizer.eos_token_id) for ids in prompts] == want
-
-
 def test_the_real_model_class_runs(family):
     name, server, _, _, _ = family
     log = server.log_path.read_text()
@@ -95,7 +85,7 @@ def test_the_real_model_class_runs(family):
     assert f"DFLASH served by dflash_sglang.{worker}" in log
 
 
-def test_alone_concurrent_and_radix_hits_equal_nospec(family):
+def test_alone_concurrent_and_radix_hits_equal_transformers(family):
     _, server, prompts, want, _ = family
     alone = [server.generate(ids, MAX_NEW) for ids in prompts]
     assert [out["output_ids"] for out in alone] == want

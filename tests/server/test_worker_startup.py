@@ -11,7 +11,10 @@ from importlib import metadata
 from pathlib import Path
 
 import pytest
+from sglang.srt.server_args import ServerArgs
 
+from dflash_sglang.errors import DFlashConfigError
+from dflash_sglang.step.draft_window import refuse_unsupported_setups
 from dflash_sglang.testing.server import ServerError, SGLangServer
 from dflash_sglang.testing.tiny_dense import TinyShape
 
@@ -59,19 +62,26 @@ OVERLAP_OFF = {"SGLANG_ENABLE_SPEC_V2": "", "SGLANG_ENABLE_DFLASH_SPEC_V2": ""}
 
 
 @pytest.mark.parametrize(
-    "env,flags,worker,schedule",
-    [({"SGLANG_ENABLE_DFLASH_SPEC_V2": "1"}, [], "overlap.DFlashOverlapWorker", "overlap"),
-     ({"SGLANG_ENABLE_SPEC_V2": "1"}, ["--disable-overlap-schedule"], "worker.DFlashWorker", "synchronous"),
-     ({}, [], "worker.DFlashWorker", "synchronous")],
-    ids=["dflash-spec-v2", "spec-v2-but-disabled", "no-flag"],
+    "server,worker,schedule",
+    [("dflash8_overlap", "overlap.DFlashOverlapWorker", "overlap"),
+     ("dflash8_plain", "worker.DFlashWorker", "synchronous"),
+     ("spec_v2_but_disabled", "worker.DFlashWorker", "synchronous")],
+    ids=["dflash-spec-v2", "no-flag", "spec-v2-but-disabled"],
 )  # fmt: skip
-def test_overlap_toggles_as_the_seed_cards_use_them(pair, env, flags, worker, schedule):
-    """The startup log line says which worker runs under which SGLang loop."""
-    args = ["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", pair.draft, *flags]
-    with SGLangServer(pair.target, args, env={**OVERLAP_OFF, **env}) as server:
-        log = server.log_path.read_text()
+def test_overlap_toggles_as_the_seed_cards_use_them(request, server, worker, schedule):
+    """The startup log line says which worker runs under which SGLang loop: the session's servers
+    run with SGLANG_ENABLE_DFLASH_SPEC_V2=1 and with no flag (conftest.py)."""
+    log = request.getfixturevalue(server).log_path.read_text()
     assert f"DFLASH served by dflash_sglang.{worker} ({schedule} schedule" in log
     assert_no_warning_of_ours(log)
+
+
+@pytest.fixture(scope="module")
+def spec_v2_but_disabled(pair8):
+    args = ["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", pair8.draft,
+            "--disable-overlap-schedule"]  # fmt: skip
+    with SGLangServer(pair8.target, args, env={**OVERLAP_OFF, "SGLANG_ENABLE_SPEC_V2": "1"}) as server:
+        yield server
 
 
 def assert_no_warning_of_ours(log: str) -> None:
@@ -131,12 +141,6 @@ def truncated_weights(pair, tmp_path) -> Path:
     return draft
 
 
-def no_weights(pair, tmp_path) -> Path:
-    draft = copy_draft(pair, tmp_path)
-    weights_file(draft).unlink()
-    return draft
-
-
 def weights_of_another_drafter(pair, tmp_path) -> Path:
     """This drafter's config, the weights of one made for a hidden-32 target."""
     draft = copy_draft(pair, tmp_path)
@@ -150,10 +154,9 @@ def weights_of_another_drafter(pair, tmp_path) -> Path:
     "make_draft,words,error",
     [
         (truncated_weights, ["cannot be read", "truncated"], "DFlashConfigError"),
-        (no_weights, ["Cannot find any model weights"], "RuntimeError"),
         (weights_of_another_drafter, ["drafter weight", "has shape"], "ValueError"),
     ],
-    ids=["truncated-weights", "no-weights", "weights-of-another-drafter"],
+    ids=["truncated-weights", "weights-of-another-drafter"],
 )
 def test_broken_drafter_files_fail_at_startup_naming_the_file(pair, tmp_path, make_draft, words, error):
     draft = make_draft(pair, tmp_path)
@@ -165,9 +168,8 @@ def test_broken_drafter_files_fail_at_startup_naming_the_file(pair, tmp_path, ma
     "make_draft,words",
     [
         (drafter_for_a_narrower_target, ["hidden_size", "32", "64"]),
-        (lambda pair, tmp: break_draft(pair, tmp, lambda c: c.pop("dflash_config")), ["dflash_config"]),
     ],
-    ids=["hidden-size-mismatch", "no-dflash-config"],
+    ids=["hidden-size-mismatch"],
 )
 def test_broken_drafter_fails_at_startup_naming_the_field(pair, tmp_path, make_draft, words):
     draft = make_draft(pair, tmp_path)
@@ -176,19 +178,25 @@ def test_broken_drafter_fails_at_startup_naming_the_field(pair, tmp_path, make_d
     assert_startup_fails_naming(pair, args, words)
 
 
-@pytest.mark.parametrize(
-    "flags,words",
-    [
-        (["--page-size", "16"], ["--speculative-draft-window-size 8", "--page-size 16"]),
-        (
-            ["--enable-hierarchical-cache"],
-            ["--speculative-draft-window-size 8", "--enable-hierarchical-cache"],
-        ),
-    ],
-    ids=["window-with-pages", "window-with-hicache"],
-)
-def test_draft_window_setups_it_cannot_serve_fail_at_startup_naming_both(pair, flags, words):
+def test_a_draft_window_with_pages_fails_at_startup_naming_both(pair):
+    """The refusal reaches the operator from the worker's startup; the other setups the ring
+    cannot serve go through the same check (test_a_draft_window_refuses_what_its_ring_cannot_serve)."""
     args = ["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", pair.draft,
             "--speculative-num-draft-tokens", "4", "--speculative-draft-window-size", "8",
-            *flags]  # fmt: skip
-    assert_startup_fails_naming(pair, args, words)
+            "--page-size", "16"]  # fmt: skip
+    assert_startup_fails_naming(pair, args, ["--speculative-draft-window-size 8", "--page-size 16"])
+
+
+@pytest.mark.parametrize(
+    "setting,words",
+    [({"page_size": 16}, ["--page-size 16"]),
+     ({"enable_hierarchical_cache": True}, ["--enable-hierarchical-cache"]),
+     ({"disaggregation_mode": "decode"}, ["--disaggregation-mode decode"])],
+    ids=["pages", "hicache", "pd"],
+)  # fmt: skip
+def test_a_draft_window_refuses_what_its_ring_cannot_serve(setting, words):
+    server_args = ServerArgs(model_path="unused", **setting)
+    with pytest.raises(DFlashConfigError) as err:
+        refuse_unsupported_setups(server_args, 8)
+    for word in ["--speculative-draft-window-size 8", *words]:
+        assert word in str(err.value)
