@@ -1,12 +1,17 @@
 """The bench's measure of other processes' CPU time (bench/machine_load.py), on this machine's /proc."""
 
+import os
+import signal
 import subprocess
 import sys
-import time
 
-from dflash_sglang.bench.machine_load import ForeignCpu, own_tree, process_table
+from dflash_sglang.bench.machine_load import foreign_usage, own_tree, process_table
 
-SPIN = "import time\nend = time.time() + 1.0\nwhile time.time() < end: pass"
+# Burns half a CPU second of its own (however busy the machine), says so, then idles until killed.
+SPIN = """import os, time
+while time.process_time() < 0.5: pass
+print(os.getpid(), flush=True)
+time.sleep(120)"""
 
 
 def test_own_tree_follows_parents():
@@ -14,17 +19,24 @@ def test_own_tree_follows_parents():
     assert own_tree(table, 10) == {10, 11, 12}
 
 
+def spin(*launcher: str) -> tuple[int, subprocess.Popen]:
+    """(the spinner's pid, its launcher) once the spinner has burnt its CPU time."""
+    launched = subprocess.Popen([*launcher, sys.executable, "-c", SPIN], stdout=subprocess.PIPE, text=True)
+    return int(launched.stdout.readline()), launched
+
+
 def test_a_child_is_ours_and_an_outsider_is_not():
-    assert process_table() is not None  # Linux: /proc
-    # A spinning child of this process is the bench's own work: not counted.
-    others = ForeignCpu()
-    start = time.time()
-    subprocess.run([sys.executable, "-c", SPIN], check=True)
-    ours = others.share(time.time() - start)
-    # A spinner started outside our tree (a new session whose parent exits) is counted.
-    outsider = ForeignCpu()
-    start = time.time()
-    subprocess.run(["setsid", "-f", sys.executable, "-c", SPIN], check=True)
-    time.sleep(1.2)
-    theirs = outsider.share(time.time() - start)
-    assert theirs > ours + 0.15, (ours, theirs)
+    """Attribution per process, so the check holds on a loaded machine: the bench's own child is
+    never counted, a process outside its tree is counted with the CPU time it burnt."""
+    before = process_table()
+    assert before is not None  # Linux: /proc
+    child, child_launch = spin()
+    outsider, outsider_launch = spin("setsid", "-f")  # forked into its own session: init's child
+    try:
+        usage = foreign_usage(before, process_table(), os.getpid())
+    finally:
+        for pid in (child, outsider):
+            os.kill(pid, signal.SIGKILL)
+        child_launch.wait(), outsider_launch.wait()
+    assert child not in usage
+    assert usage.get(outsider, 0.0) >= 0.45, usage.get(outsider)

@@ -188,9 +188,14 @@ def test_a_width_one_step_samples_the_target_law_with_no_drafts():
         torch.empty(n, 0, dtype=torch.int64), row.repeat(n, 1), batch_info([param] * n), 1, generator=g
     )
     assert lengths.eq(1).all() and tokens.shape == (n, 1)
-    p = target_distribution(row, batch_info([param]), 1)[0, 0].double()
     counts = torch.bincount(tokens[:, 0], minlength=VOCAB).double()
-    keep = p * n >= 5
-    observed = torch.cat([counts[keep], (n - counts[keep].sum()).view(1)])
-    expected = torch.cat([p[keep] * n, (n - p[keep].sum() * n).view(1)])
-    assert stats.chisquare(observed.numpy(), expected.numpy()).pvalue > 1e-3
+
+    def pvalue(law_param) -> float:
+        p = target_distribution(row, batch_info([law_param]), 1)[0, 0].double()
+        keep = p * n >= 5
+        observed = torch.cat([counts[keep], (n - counts[keep].sum()).view(1)])
+        expected = torch.cat([p[keep] * n, (n - p[keep].sum() * n).view(1)])
+        return stats.chisquare(observed.numpy(), expected.numpy()).pvalue
+
+    assert pvalue(param) > 1e-3
+    assert pvalue((0.9, TOP_K_ALL, 1.0, 0.0)) < 1e-6  # control: the filters dropped

@@ -9,6 +9,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from dflash_sglang.drafter.model import DFlashDraftModel
+from tests.server.law_matrix import Setting, assert_follows_the_law
 
 PAIR = Path(__file__).resolve().parents[1] / "python" / "dflash_sglang" / "assets" / "tiny-pair"
 
@@ -45,6 +46,15 @@ def test_sampled_spec_generate_and_its_errors(models):
     out = draft.spec_generate(input_ids=ids, max_new_tokens=16, temperature=1.0, target=target,
                               generator=torch.Generator().manual_seed(0))  # fmt: skip
     assert out.shape[1] == ids.shape[1] + 16
+    # The law: 48 completions of 12 tokens follow the target's at T=1 and fail against T=0.7.
+    completions = [
+        draft.spec_generate(input_ids=ids, max_new_tokens=12, temperature=1.0, target=target,
+                            generator=torch.Generator().manual_seed(seed))[0, ids.shape[1]:].tolist()
+        for seed in range(48)
+    ]  # fmt: skip
+    assert_follows_the_law(
+        Setting({"temperature": 1.0}, {"temperature": 0.7}), target, ids[0].tolist(), completions
+    )
     with pytest.raises(ValueError, match="target"):
         draft.spec_generate(input_ids=ids, max_new_tokens=4)
     with pytest.raises(ValueError, match="one prompt"):

@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+from transformers import AutoModelForCausalLM
 
 from dflash_sglang.drafter.context import DraftContextCache
 from dflash_sglang.drafter.model import DFlashDraftModel
@@ -20,6 +21,7 @@ from dflash_sglang.train.blocks import (
     sample_anchors,
 )
 from dflash_sglang.train.data import Example, collate, length_buckets
+from dflash_sglang.train.evaluate import acceptance
 from dflash_sglang.train.loss import draft_hidden, draft_loss, target_context
 from dflash_sglang.train.optim import make_optimizer, optimizer_step, warmup_cosine
 from dflash_sglang.train.stdlib_corpus import function_pairs, is_held_out
@@ -166,5 +168,10 @@ def test_cli_trains_a_loadable_drafter(tmp_path):
                 "--device", "cpu"])  # fmt: skip
     draft = DFlashDraftModel.from_pretrained(out)
     assert draft.config.block_size == 4 and draft.config.mask_token_id == 3  # <|MASK|>
-    evaluations = json.loads((out / "training.json").read_text())["evaluations"]
-    assert evaluations and evaluations[-1]["accept_length"] >= 1.0
+    record = json.loads((out / "training.json").read_text())
+    # The recorded acceptance is the saved drafter's on the recorded held-out prompts.
+    target = AutoModelForCausalLM.from_pretrained(pair.target, dtype=torch.float32).eval()
+    eos = target.generation_config.eos_token_id
+    again = acceptance(target, draft, record["eval_prompt_ids"], 4, 8, [eos] if isinstance(eos, int) else eos)
+    assert len(record["eval_prompt_ids"]) == 2 and again.verify_steps > 0
+    assert record["evaluations"][-1]["accept_length"] == round(again.mean, 3)

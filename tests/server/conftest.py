@@ -6,8 +6,8 @@ about a minute to start on this 2-core machine):
   its overlap loop feeds penalties the previous token one step late
   (`ScheduleBatch.cumulate_penalty_output_tokens` reads `req.output_ids` before the last step's
   result is processed), so penalised requests differ from the synchronous loop's;
-- `dflash8_overlap` and `dflash8_plain`: our overlap worker (with the host-sync check) and our
-  plain worker at block 4 on that pair.
+- `dflash8_overlap` and `dflash8_plain`: our overlap worker (SGLANG_ENABLE_DFLASH_SPEC_V2=1, with
+  the host-sync check) and our plain worker (no overlap flag) at block 4 on that pair.
 All three accept custom logit processors and return_hidden_states, so every request kind the
 request-feature matrix sends reaches them.
 """
@@ -43,7 +43,9 @@ def nospec8(pair8):
 @pytest.fixture(scope="session")
 def dflash8_overlap(pair8):
     args = [*dflash_args(pair8, SHARED_BLOCK), *FEATURE_FLAGS]
-    with SGLangServer(pair8.target, args, env=OVERLAP_CHECKED) as server:
+    # The seed cards' DFLASH-specific flag (test_worker_startup checks the worker it selects).
+    env = {**PLAIN, "SGLANG_ENABLE_DFLASH_SPEC_V2": "1", "DFLASH_SGLANG_CHECK_HOST_SYNC": "1"}
+    with SGLangServer(pair8.target, args, env=env) as server:
         yield server
 
 
@@ -52,3 +54,14 @@ def dflash8_plain(pair8):
     args = [*dflash_args(pair8, SHARED_BLOCK), *FEATURE_FLAGS]
     with SGLangServer(pair8.target, args, env=PLAIN) as server:
         yield server
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The law matrix of this session (law_matrix.py): p-value / control p-value per setting."""
+    from .law_matrix import matrix_lines
+
+    lines = matrix_lines()
+    if lines:
+        terminalreporter.section("sampled law: p-value / negative control p-value")
+        for line in lines:
+            terminalreporter.write_line(line)

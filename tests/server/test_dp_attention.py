@@ -5,10 +5,10 @@ runs its own requests through attention and the drafter, the MLP gathers both ra
 Requests one at a time leave one DP rank idle every round: it must run the IDLE verify forward,
 or its peer's verify collectives never complete (the server would hang). Their outputs and
 verify-step counts equal the engine-free reference. Eight concurrent requests keep both ranks busy,
-with prefills and verifies of different ranks in the same round. At temperature 1 every token
-follows the target's law.
+with prefills and verifies of different ranks in the same round. Sampled requests at
+law_matrix.SETTINGS (temperatures, filters, a penalty) follow the target's law, controls fail.
 
-One server, about 2 minutes.
+One server per worker (overlap, plain), about 2 minutes each.
 """
 
 from __future__ import annotations
@@ -19,14 +19,18 @@ import pytest
 
 from dflash_sglang.testing.server import SGLangServer
 
-from .conftest import dflash_args
+from .conftest import PLAIN, dflash_args
+from .law_matrix import assert_every_setting_follows_the_law
 from .pairs import load, reference, word_prompts
-from .sampling_law import assert_follows_target_law
 
 BLOCK = 4
 MAX_NEW = 16
 DP_ATTENTION = ["--tp-size", "2", "--dp-size", "2", "--enable-dp-attention", "--enable-dp-lm-head"]
-ENV = {"SGLANG_CPU_OMP_THREADS_BIND": "0|1", "SGLANG_ENABLE_SPEC_V2": "1"}
+ONE_CORE_PER_RANK = {"SGLANG_CPU_OMP_THREADS_BIND": "0|1"}
+WORKERS = {  # name: (env, the worker class the log names)
+    "overlap": ({**ONE_CORE_PER_RANK, "SGLANG_ENABLE_SPEC_V2": "1"}, "overlap.DFlashOverlapWorker"),
+    "plain": ({**ONE_CORE_PER_RANK, **PLAIN}, "worker.DFlashWorker"),
+}
 
 
 @pytest.fixture(scope="module")
@@ -34,9 +38,11 @@ def pair(pair8):
     return pair8
 
 
-@pytest.fixture(scope="module")
-def server(pair):
-    with SGLangServer(pair.target, [*DP_ATTENTION, *dflash_args(pair, BLOCK)], env=ENV) as server:
+@pytest.fixture(scope="module", params=list(WORKERS))
+def server(request, pair):
+    env = WORKERS[request.param][0]
+    with SGLangServer(pair.target, [*DP_ATTENTION, *dflash_args(pair, BLOCK)], env=env) as server:
+        server.kind = request.param
         yield server
 
 
@@ -48,7 +54,7 @@ def prompt_ids(pair):
 def test_both_dp_ranks_serve_our_worker(server):
     log = server.log_path.read_text()
     for rank in ("DP0 TP0", "DP1 TP1"):
-        assert f"{rank}] dflash_sglang: DFLASH served by dflash_sglang.overlap.DFlashOverlapWorker" in log
+        assert f"{rank}] dflash_sglang: DFLASH served by dflash_sglang.{WORKERS[server.kind][1]}" in log
 
 
 def test_one_at_a_time_an_idle_rank_keeps_step_and_outputs_equal_the_reference(pair, server, prompt_ids):
@@ -69,10 +75,9 @@ def test_eight_concurrent_requests_on_both_ranks(pair, server, prompt_ids):
     assert [out["output_ids"] for out in outs] == want
 
 
-def test_sampling_follows_the_target_law(pair, server, prompt_ids):
-    """Temperature 1, 96 completions of 16 tokens in one batch request (spread over both DP ranks):
-    every token follows the target's law (sequential PIT), with the T=0.6 negative control."""
-    params = {"temperature": 1.0, "max_new_tokens": 16, "ignore_eos": True}
-    sampled = server.post("/generate", {"input_ids": [prompt_ids[7]] * 96, "sampling_params": params})
+def test_the_sampled_law_with_real_filters(pair, server, prompt_ids):
+    """law_matrix.SETTINGS in one mixed batch (spread over both DP ranks), each against the
+    target's law and its control."""
+    path = {"overlap": "DP attention, overlap worker", "plain": "DP attention, plain worker"}
     _, target, _ = load(pair.target, pair.draft)
-    assert_follows_target_law(target, prompt_ids[7], [out["output_ids"] for out in sampled])
+    assert_every_setting_follows_the_law(path[server.kind], server, target, prompt_ids)

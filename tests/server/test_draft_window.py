@@ -2,8 +2,9 @@
 servers on CPU: the drafter sees only the last W committed tokens and keeps its KV in a ring of
 W + B slots per request. Prompts and outputs far longer than the window, alone, concurrent and
 through a radix-cache hit, give exactly the no-spec server's tokens; the draft KV pool is sized by
-the window, not by the target's pool. Plain worker with a full-attention drafter, overlap worker
-(host-sync check on) with a sliding-window drafter.
+the window, not by the target's pool; sampled requests at law_matrix.SETTINGS (temperatures,
+filters, a penalty) run past the window and follow the target's law, controls fail. Plain worker
+with a full-attention drafter, overlap worker (host-sync check on) with a sliding-window drafter.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import pytest
 from dflash_sglang.testing.server import SGLangServer
 from dflash_sglang.testing.tiny_dense import sliding_drafter, write_tiny_pair
 
+from .law_matrix import assert_every_setting_follows_the_law
 from .pairs import HOT_SHAPE, chat_prompts, load
 
 MAX_NEW = 48
@@ -45,6 +47,7 @@ def windowed(request, pair8, tmp_path_factory):
             "--speculative-num-draft-tokens", block,
             "--speculative-dflash-draft-window-size", window]  # fmt: skip
     with SGLangServer(pair8.target, args, env=env) as server:
+        server.kind = request.param
         yield server, window, block
 
 
@@ -78,3 +81,13 @@ def test_the_draft_pool_is_sized_by_the_window(windowed):
     logged_window, slots, requests, ring, target_pool = map(int, found.groups())
     assert (logged_window, ring) == (window, window + block)
     assert slots == requests * ring < target_pool
+
+
+def test_the_sampled_law_with_real_filters_past_the_window(windowed, pair8, prompt_ids):
+    """law_matrix.SETTINGS in one mixed batch; prompt + 24 new tokens run past W + B."""
+    server = windowed[0]
+    path = {
+        "plain-full-drafter-w16-b8": "draft window, plain worker",
+        "overlap-sliding-drafter-w12-b4": "draft window, sliding drafter, overlap worker",
+    }[server.kind]
+    assert_every_setting_follows_the_law(path, server, load(pair8.target, pair8.draft)[1], prompt_ids)

@@ -5,8 +5,9 @@
   on the new weights would give; the drafter keeps its own weights (a target checkpoint holds none
   of its tensors);
 - `--page-size` 16 and 64: output equal to the shared no-spec server (page size 1);
-- `--speculative-draft-kv-cache-dtype fp8_e4m3`: output equal, and the drafts stay useful
-  (at least half as many drafts accepted as with the float32 draft KV);
+- `--speculative-draft-kv-cache-dtype fp8_e4m3`: output equal, the drafts stay useful (at least
+  half as many drafts accepted as with the float32 draft KV), and sampled requests at
+  law_matrix.SETTINGS follow the target's law, controls fail;
 - `/release_memory_occupation` then `/resume_memory_occupation`: output equal afterwards.
 Two servers: the overlap worker (host-sync check on) at page 16, on which the weights change, and
 the plain worker at page 64 with an fp8 draft KV.
@@ -24,6 +25,7 @@ from dflash_sglang.testing.server import SGLangServer
 from dflash_sglang.testing.tiny_dense import write_tiny_pair
 
 from .conftest import OVERLAP_CHECKED, PLAIN, SHARED_BLOCK, dflash_args
+from .law_matrix import assert_every_setting_follows_the_law
 from .pairs import HOT_SHAPE, chat_prompts, load
 
 MAX_NEW = 24
@@ -79,6 +81,11 @@ def test_paged_servers_equal_nospec(fixture, request, nospec8, prompt_ids):
     assert [r["output_ids"] for r in generate_all(server, prompt_ids)] == want
     # Again: the prompts now hit the radix cache (whole pages of them).
     assert [r["output_ids"] for r in generate_all(server, prompt_ids)] == want
+
+
+def test_the_sampled_law_with_real_filters_on_an_fp8_draft_kv(paged64_fp8, pair8, prompt_ids):
+    target = load(pair8.target, pair8.draft)[1]
+    assert_every_setting_follows_the_law("fp8 draft KV, paged, plain worker", paged64_fp8, target, prompt_ids)
 
 
 def test_an_fp8_draft_kv_keeps_the_drafts_useful(paged64_fp8, dflash8_plain, prompt_ids):

@@ -3,12 +3,12 @@
 
 - overlap worker, `extra_buffer` (through the seed cards' `--mamba-scheduler-strategy`), radix
   cache on, track interval 64 so the tracked boundaries fall inside accepted spans, block 8;
-- plain worker, `no_buffer`, radix cache on, block 4;
+- plain worker, `no_buffer`, radix cache on, block 4, the verify width forced through 4,1,3,2,4,1;
 - overlap worker, `extra_buffer`, radix cache off, block 16, on a target with one hot token (the
   longest accepted runs);
 - overlap worker, `extra_buffer`, radix cache on, block 4, draft window 12 (the drafter reads only
   the last 12 tokens; prompts and outputs run far past it);
-- overlap worker, `extra_buffer_lazy`, radix cache on, block 8;
+- overlap worker, `extra_buffer_lazy`, radix cache on, block 8, widths forced through 8,1,4,2,8,3,1,6;
 - overlap worker, `extra_buffer`, track interval = block 8, on a target whose drafts are always
   accepted (its LM head is zero).
 
@@ -16,14 +16,14 @@ Each: prompts one at a time and concurrently equal the reference, also with an a
 swapped in (greedy exact, sampling law-exact; test_any_drafter.py covers more broken drafters on
 the dense target); requests that extend a finished
 one (prompt + its output) reuse the cached recurrent state (where the radix cache is on) and still
-equal a fresh decode. On the two block-4 cases (sync and overlap worker), sampling at temperature 1
-follows the target's law token by token, and the core of the request-feature matrix (logprobs,
+equal a fresh decode. Every case's sampled requests at law_matrix.SETTINGS (temperatures,
+filters, a penalty) follow the target's law token by token, controls fail. On the two block-4
+cases (sync and overlap worker), the core of the request-feature matrix (logprobs,
 constrained output, penalties, min_new_tokens, logit_bias) equals a no-spec hybrid server's.
 """
 
 from __future__ import annotations
 
-import functools
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -35,10 +35,11 @@ from dflash_sglang.testing.tiny_hybrid import (
     keep_full_attention_interval,
     write_tiny_hybrid_pair,
 )
+from dflash_sglang.width.verify_width import WIDTHS_ENV
 
 from .broken_drafters import drafter, drafter_weights
 from .hybrid import HYBRID_ARGS, HYBRID_ENV, MAX_NEW, TRACK_INTERVAL, generate, greedy, load_target, prompts
-from .sampling_law import sequential_pit_pvalue
+from .law_matrix import Setting, assert_every_setting_follows_the_law, assert_follows_the_law
 
 OVERLAP = {"SGLANG_ENABLE_SPEC_V2": "1", "DFLASH_SGLANG_CHECK_HOST_SYNC": "1"}
 PLAIN = {"SGLANG_ENABLE_SPEC_V2": "", "SGLANG_ENABLE_DFLASH_SPEC_V2": ""}
@@ -50,14 +51,18 @@ EXTRA_BUFFER_LAZY = [
     "--mamba-track-interval",
     TRACK_INTERVAL,
 ]
+AT_1_NOT_07 = Setting({"temperature": 1.0}, {"temperature": 0.7})
 WINDOW_12 = ["--speculative-dflash-draft-window-size", 12]
 
+# Two cases switch the verify width every step (width/verify_width.py): the state is committed at
+# every width, plain decoding (width 1) included.
+CYCLE_4, CYCLE_8 = {WIDTHS_ENV: "4,1,3,2,4,1"}, {WIDTHS_ENV: "8,1,4,2,8,3,1,6"}
 CASES = {
     "overlap-extra_buffer-radix-b8": (OVERLAP, EXTRA_BUFFER, 8, 3),
-    "plain-no_buffer-radix-b4": (PLAIN, NO_BUFFER, 4, 3),
+    "plain-no_buffer-radix-b4-widths": ({**PLAIN, **CYCLE_4}, NO_BUFFER, 4, 3),
     "overlap-extra_buffer-noradix-b16": (OVERLAP, [*EXTRA_BUFFER, "--disable-radix-cache"], 16, 1),
     "overlap-extra_buffer-radix-w12-b4": (OVERLAP, [*EXTRA_BUFFER, *WINDOW_12], 4, 3),
-    "overlap-extra_buffer_lazy-radix-b8": (OVERLAP, EXTRA_BUFFER_LAZY, 8, 3),
+    "overlap-extra_buffer_lazy-radix-b8-widths": ({**OVERLAP, **CYCLE_8}, EXTRA_BUFFER_LAZY, 8, 3),
 }
 
 
@@ -103,25 +108,20 @@ def test_extending_a_finished_request_reuses_its_state_exactly(case):
         assert max(out["meta_info"]["cached_tokens"] for out in outputs) >= TRACK_INTERVAL
 
 
-@pytest.mark.parametrize(
-    "case", ["plain-no_buffer-radix-b4", "overlap-extra_buffer-radix-w12-b4"], indirect=True
-)
-def test_sampling_follows_the_target_law_through_state_commits(case):
-    """Temperature 1, block 4: 300 completions of 24 tokens, most of them sampled from states
-    that rejection-sampled commits wrote. Every token's law given its prefix is the target's
-    (sequential PIT + Kolmogorov-Smirnov, p > 1e-4); the same samples fail against temperature
-    0.7 (p < 1e-6)."""
-    _, pair, server, _ = case
-    prompt, n = prompts()[1], 300
-    params = {"temperature": 1.0, "max_new_tokens": 24, "ignore_eos": True}
-    sampled = server.post("/generate", {"input_ids": [prompt] * n, "sampling_params": params})
-    assert any(out["meta_info"]["spec_accept_length"] > 1 for out in sampled)  # drafts were accepted
-    completions = [out["output_ids"] for out in sampled]
-    p_value = functools.partial(sequential_pit_pvalue, load_target(pair.target), prompt, completions)
-    at_1, at_07 = p_value(1.0), p_value(0.7)
-    print(f"PIT p-values: T=1.0 {at_1:.3g}, T=0.7 {at_07:.3g}")
-    assert at_1 > 1e-4
-    assert at_07 < 1e-6
+LAW_PATHS = {
+    "overlap-extra_buffer-radix-b8": "hybrid extra_buffer, overlap worker",
+    "plain-no_buffer-radix-b4-widths": "hybrid no_buffer, plain worker, width cycle",
+    "overlap-extra_buffer-noradix-b16": "hybrid extra_buffer, no radix cache, block 16, overlap worker",
+    "overlap-extra_buffer-radix-w12-b4": "hybrid draft window 12, overlap worker",
+    "overlap-extra_buffer_lazy-radix-b8-widths": "hybrid extra_buffer_lazy, overlap worker, width cycle",
+}
+
+
+def test_the_sampled_law_with_real_filters_through_state_commits(case):
+    """law_matrix.SETTINGS in one mixed batch, most tokens sampled from recurrent states that
+    rejection-sampled commits wrote; each setting against the target's law and its control."""
+    name, pair, server, _ = case
+    assert_every_setting_follows_the_law(LAW_PATHS[name], server, load_target(pair.target), prompts())
 
 
 def silence_head(target_dir) -> None:
@@ -179,7 +179,7 @@ FEATURES = ["top_logprobs_num", "json_schema", "regex", "all_penalties", "min_ne
 
 
 @pytest.mark.parametrize(
-    "case", ["plain-no_buffer-radix-b4", "overlap-extra_buffer-radix-w12-b4"], indirect=True
+    "case", ["plain-no_buffer-radix-b4-widths", "overlap-extra_buffer-radix-w12-b4"], indirect=True
 )
 def test_request_features_equal_nospec(case, hybrid_nospec):
     """The request-feature matrix's core (test_request_features.py) on a hybrid target: logprobs,
@@ -202,7 +202,8 @@ def test_a_nan_drafter_leaves_output_exact(case):
     """Last of each case's tests: the weight update flushes the radix cache the others reuse.
     A drafter whose weights are all NaN (swapped in through the drafter-only weight update): greedy
     output still equals the target alone, and at temperature 1 every sampled token still follows
-    the target's law through the state commits (PIT + KS, p > 1e-4): no NaN reaches a commit."""
+    the target's law through the state commits (law_matrix: p > 1e-4, and the same samples fail
+    against temperature 0.7): no NaN reaches a commit."""
     _, pair, server, expected = case
     with drafter(server, drafter_weights(pair.draft), "nan"):
         with ThreadPoolExecutor(len(expected)) as pool:
@@ -212,7 +213,7 @@ def test_a_nan_drafter_leaves_output_exact(case):
         prompt, params = prompts()[1], {"temperature": 1.0, "max_new_tokens": 8, "ignore_eos": True}
         sampled = server.post("/generate", {"input_ids": [prompt] * 64, "sampling_params": params})
     completions = [out["output_ids"] for out in sampled]
-    assert sequential_pit_pvalue(load_target(pair.target), prompt, completions, 1.0) > 1e-4
+    assert_follows_the_law(AT_1_NOT_07, load_target(pair.target), prompt, completions)
     assert [out["output_ids"] for out in map(lambda ids: generate(server, ids), prompts()[:2])] == expected[
         :2
     ]

@@ -1,6 +1,8 @@
 """LoRA adapters on the target (`--enable-lora`), the drafter unadapted: our DFLASH server's output
 equals a no-spec server's with the same adapter, token for token (float32, temperature 0), with
-logprobs to 1e-4, for requests with and without the adapter in one batch.
+logprobs to 1e-4, for requests with and without the adapter in one batch; sampled requests with
+the adapter at law_matrix.SETTINGS follow the adapted target's law (the adapter merged into the
+transformers target: W + alpha / r * B @ A), controls fail.
 
 The adapter is written in the test (testing/tiny_lora.py, random A and B on q_proj and v_proj).
 SGLang's LoRA runs on CPU with its torch_native backend once pinned staging buffers are left
@@ -13,11 +15,14 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+import torch
+from transformers import AutoModelForCausalLM
 
 from dflash_sglang.testing.server import SGLangServer
-from dflash_sglang.testing.tiny_lora import write_tiny_lora
+from dflash_sglang.testing.tiny_lora import merge_lora, write_tiny_lora
 
 from .conftest import SHARED_BLOCK, dflash_args
+from .law_matrix import assert_every_setting_follows_the_law
 from .pairs import chat_prompts, load
 
 ADAPTER = "ad"
@@ -25,8 +30,12 @@ MAX_NEW = 24
 
 
 @pytest.fixture(scope="module")
-def lora_args(pair8, tmp_path_factory):
-    adapter = write_tiny_lora(pair8.target, tmp_path_factory.mktemp("lora") / ADAPTER)
+def adapter(pair8, tmp_path_factory):
+    return write_tiny_lora(pair8.target, tmp_path_factory.mktemp("lora") / ADAPTER)
+
+
+@pytest.fixture(scope="module")
+def lora_args(adapter):
     return ["--enable-lora", "--lora-paths", f"{ADAPTER}={adapter}", "--lora-backend", "torch_native",
             "--max-loras-per-batch", 2, "--max-lora-rank", 4,
             "--lora-target-modules", "q_proj", "v_proj"]  # fmt: skip
@@ -91,3 +100,12 @@ def test_dflash_with_lora_equals_nospec_with_lora(nospec_lora, dflash_lora, requ
     verify_steps = [a["meta_info"]["spec_verify_ct"] for a in got]
     accepted = sum(a["meta_info"]["completion_tokens"] - 1 for a in got) - sum(verify_steps)
     assert min(verify_steps) > 0 and accepted > 0, "the speculative path never accepted a draft"
+
+
+def test_the_sampled_law_with_real_filters_under_the_adapter(pair8, adapter, dflash_lora):
+    tokenizer = load(pair8.target, pair8.draft)[0]
+    adapted = AutoModelForCausalLM.from_pretrained(pair8.target, dtype=torch.float32).eval()
+    merge_lora(adapted, adapter)
+    prompts = [tokenizer(p)["input_ids"] for p in chat_prompts(8)]
+    law_args = dict(extra={"lora_path": ADAPTER})
+    assert_every_setting_follows_the_law("LoRA, plain worker", dflash_lora, adapted, prompts, **law_args)

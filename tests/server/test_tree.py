@@ -4,12 +4,13 @@ CPU (float32), on the hot tiny pair's block-8 drafter.
 Greedy: token-identical to the no-spec server, one at a time (with the engine-free oracle's
 verify-step counts: the same trees), 8 concurrently and on radix-cache hits, under the overlap
 worker (host-sync check on: the tree is built, walked and compacted on the device) at a budget of
-2B (K 4, N 16) and under the plain worker at 4B with 16-token pages (K 8, N 32). Temperature 1,
-under both workers: every token follows the target's law (sequential PIT with the T=0.6 negative
-control). Penalties (frequency, presence, repetition, min_new_tokens) equal the no-spec server's,
-8 requests at once; constrained output (regex, JSON schema) equals it, 4 requests at once; a
-verify width below the drafter's block, and a hybrid target, fail at startup naming the switch. At
---tp-size 2 (overlap worker, N 8 = B, no host-sync check) greedy outputs equal the no-spec server
+2B (K 4, N 16) and under the plain worker at 4B with 16-token pages (K 8, N 32). Under both
+workers, temperatures with top_p, top_k, min_p and a frequency penalty follow the target's law
+(law_matrix.py, each with its negative control). Penalties (frequency, presence, repetition,
+min_new_tokens) equal the no-spec server's, 8 requests at once; constrained output (regex, JSON
+schema) equals it, 4 requests at once; a verify width below the drafter's block, and a hybrid
+target, fail at startup naming the switch. At --tp-size 2 (overlap worker, N 8 = B, no host-sync
+check) the law matrix passes too, and greedy outputs equal the no-spec server
 and the oracle's counts.
 
 Servers: one per worker and one at TP=2 (the session's no-spec server is the reference), two
@@ -29,8 +30,8 @@ from dflash_sglang.testing.server import SGLangServer
 
 from . import hybrid
 from .conftest import OVERLAP_CHECKED, PLAIN
+from .law_matrix import assert_every_setting_follows_the_law
 from .pairs import chat_prompts, load, word_prompts
-from .sampling_law import assert_follows_target_law
 from .test_request_features import SCHEMA
 from .test_worker_startup import assert_startup_fails_naming
 
@@ -94,15 +95,12 @@ def test_greedy_equals_nospec_alone_concurrently_and_on_radix_hits(pair8, tree_s
     assert together[-1]["meta_info"]["cached_tokens"] > 0  # the longest prompt: at least a page
 
 
-def test_sampling_follows_the_target_law(pair8, tree_server, prompt_ids):
-    """96 completions of 16 tokens at temperature 1: one target draw per node, the walk descends
-    while the draw is a child's token."""
-    params = {"temperature": 1.0, "max_new_tokens": 16, "ignore_eos": True}
-    body = {"input_ids": [prompt_ids[5]] * 96, "sampling_params": params}
-    sampled = tree_server.post("/generate", body)
-    assert any(out["meta_info"]["spec_accept_length"] > 1 for out in sampled)
+def test_the_sampled_law_with_real_filters(pair8, tree_server, prompt_ids):
+    """law_matrix.SETTINGS in one mixed batch: one target draw per node, the walk descends while
+    the draw is a child's token, under temperatures, filters and a penalty."""
+    path = {"overlap-2B": "tree 16 nodes, overlap worker", "plain-4B-pages": "tree 32 nodes, plain worker"}
     _, target, _ = load(pair8.target, pair8.draft)
-    assert_follows_target_law(target, prompt_ids[5], [out["output_ids"] for out in sampled])
+    assert_every_setting_follows_the_law(path[tree_server.kind], tree_server, target, prompt_ids)
 
 
 def side_by_side(nospec, server, prompts, params) -> list[tuple[dict, dict]]:
@@ -158,8 +156,9 @@ def test_tensor_parallel_trees_equal_nospec_and_the_oracle(pair8, prompt_ids, ex
     """--tp-size 2 (gloo, one core per rank), overlap worker, K 4, N 8 (budget B, the drafter's
     block, so every budget of the issue runs somewhere: B here, 2B and 4B above): the sharded drafter's
     logits gathered into whole rows on every rank, rank 0's node predictions on all. Four prompts
-    one at a time (the oracle's verify counts: the same trees as TP=1), then all 8 at once.
-    Without the host-sync check (the TP=1 trees run under it): at TP=2 that debugging guard alters
+    one at a time (the oracle's verify counts: the same trees as TP=1), then all 8 at once, then
+    law_matrix.SETTINGS (every rank commits rank 0's sampled tokens). Without the host-sync check
+    (the TP=1 trees run under it): at TP=2 that debugging guard alters
     the sharded drafter's features, chain or tree, so acceptance drops while outputs stay exact
     (docs/tree.md)."""
     args = ["--tp-size", "2", *tree_args(pair8, 4, 8)]
@@ -168,6 +167,8 @@ def test_tensor_parallel_trees_equal_nospec_and_the_oracle(pair8, prompt_ids, ex
         alone = [server.generate(ids, MAX_NEW) for ids in prompt_ids[:4]]
         with ThreadPoolExecutor(len(prompt_ids)) as pool:
             together = list(pool.map(lambda ids: server.generate(ids, MAX_NEW), prompt_ids))
+        target = load(pair8.target, pair8.draft)[1]
+        assert_every_setting_follows_the_law("tree 8 nodes, TP=2, overlap worker", server, target, prompt_ids)
     assert [out["output_ids"] for out in alone] == expected[:4]
     for ids, out in zip(prompt_ids, alone, strict=False):
         assert out["meta_info"]["spec_verify_ct"] == len(tree_reference(pair8, ids, 7, 4).accept_lengths)

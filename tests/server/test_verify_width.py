@@ -3,15 +3,16 @@ decode step's width through a changing cycle, whole block, plain decoding (width
 blocks in turn, so consecutive steps switch width, per step, across the batch.
 
 - dense target (block 8), overlap and sync workers: prompts one at a time, 8 concurrent and a
-  radix hit equal the engine-free reference (the target's greedy output); under the overlap worker
-  (host-sync check on) every token sampled at temperature 1 follows the target's law;
+  radix hit equal the engine-free reference (the target's greedy output);
 - the adaptive width (`DFLASH_SGLANG_ADAPTIVE_WIDTH=1`, overlap worker): outputs equal the
-  reference while the policy picks widths from what it measures, and the log shows what ran;
-- hybrid (Gated DeltaNet) target (block 8), overlap worker with extra_buffer and sync worker with
-  no_buffer: the recurrent state committed at every width; prompts of 1-130 tokens one at a time
-  and concurrently equal transformers' greedy decoding.
+  reference while the policy picks widths from what it measures (past REPORT_EVERY steps), and
+  the log shows what ran;
+- under the overlap worker (host-sync check on), forced and adaptive, sampled requests at
+  law_matrix.SETTINGS (temperatures, filters, a penalty) follow the target's law, controls fail;
+Hybrid (Gated DeltaNet) targets commit their recurrent state at every width in
+test_hybrid_worker.py, whose extra_buffer_lazy and no_buffer servers run forced width cycles.
 
-Five servers, one at a time; about 5 minutes.
+Three servers, one at a time.
 """
 
 from __future__ import annotations
@@ -23,10 +24,9 @@ import pytest
 from dflash_sglang.testing.server import SGLangServer
 from dflash_sglang.width.verify_width import ADAPTIVE_ENV, REPORT_EVERY, WIDTHS_ENV
 
-from . import hybrid
 from .conftest import OVERLAP_CHECKED, PLAIN, dflash_args
+from .law_matrix import assert_every_setting_follows_the_law
 from .pairs import load, reference, word_prompts
-from .sampling_law import assert_follows_target_law
 
 BLOCK = 8
 MAX_NEW = 32
@@ -72,48 +72,34 @@ def test_greedy_equals_the_reference_alone_concurrently_and_on_a_radix_hit(pair,
     assert again["meta_info"]["cached_tokens"] > 0 and again["output_ids"] == want[-1]
 
 
-@pytest.mark.parametrize("server", ["overlap"], indirect=True)
-def test_sampling_follows_the_target_law_across_widths(pair, server, prompt_ids):
-    """96 completions of 16 tokens at temperature 1 in one batch, so every width of the cycle
-    samples: the sequential PIT of every token under the target's law is uniform (KS p > 1e-4),
-    and the same samples fail against T=0.6."""
-    params = {"temperature": 1.0, "max_new_tokens": 16, "ignore_eos": True}
-    sampled = server.post("/generate", {"input_ids": [prompt_ids[7]] * 96, "sampling_params": params})
-    _, target, _ = load(pair.target, pair.draft)
-    assert_follows_target_law(target, prompt_ids[7], [out["output_ids"] for out in sampled])
-
-
-def test_the_adaptive_width_is_exact_and_reports_what_ran(pair, prompt_ids):
+@pytest.fixture(scope="module")
+def adaptive(pair):
     env = {**OVERLAP_CHECKED, ADAPTIVE_ENV: "1"}
-    want = [reference(pair, ids, MAX_NEW, BLOCK).tokens for ids in prompt_ids]
     with SGLangServer(pair.target, dflash_args(pair, BLOCK), env=env) as server:
-        alone = [server.generate(ids, MAX_NEW) for ids in prompt_ids]
-        with ThreadPoolExecutor(8) as pool:
-            together = list(pool.map(lambda ids: server.generate(ids, MAX_NEW), prompt_ids))
-        steps = sum(out["meta_info"]["spec_verify_ct"] for out in alone)
-        log = server.log_path.read_text()
-    assert [out["output_ids"] for out in alone] == want
+        yield server
+
+
+def test_the_adaptive_width_is_exact_and_reports_what_ran(pair, adaptive, prompt_ids):
+    want = [reference(pair, ids, MAX_NEW, BLOCK).tokens for ids in prompt_ids]
+    alone = [adaptive.generate(ids, MAX_NEW) for ids in prompt_ids * 2]  # twice: past REPORT_EVERY steps
+    with ThreadPoolExecutor(8) as pool:
+        together = list(pool.map(lambda ids: adaptive.generate(ids, MAX_NEW), prompt_ids))
+    steps = sum(out["meta_info"]["spec_verify_ct"] for out in alone)
+    log = adaptive.log_path.read_text()
+    assert [out["output_ids"] for out in alone] == want * 2
     assert [out["output_ids"] for out in together] == want
     assert "verify width adaptive" in log
-    assert steps < REPORT_EVERY or f"verify widths of the last {REPORT_EVERY} steps" in log
+    assert steps >= REPORT_EVERY and f"verify widths of the last {REPORT_EVERY} steps" in log
 
 
-HYBRID_CASES = {
-    "overlap-extra_buffer": (OVERLAP_CHECKED, hybrid.EXTRA_BUFFER),
-    "sync-no_buffer": (PLAIN, hybrid.NO_BUFFER),
-}
+@pytest.mark.parametrize("server", ["overlap"], indirect=True)
+def test_the_sampled_law_with_real_filters_across_a_forced_width_cycle(pair, server, prompt_ids):
+    """law_matrix.SETTINGS in one mixed batch, so every width of the cycle samples."""
+    _, target, _ = load(pair.target, pair.draft)
+    assert_every_setting_follows_the_law("chain, forced width cycle", server, target, prompt_ids)
 
 
-@pytest.mark.parametrize("case", sorted(HYBRID_CASES))
-def test_hybrid_target_commits_its_state_at_every_width(tmp_path, case):
-    env, strategy = HYBRID_CASES[case]
-    pair = hybrid.make_hybrid_pair(tmp_path)
-    args = [*hybrid.HYBRID_ARGS, *strategy, *dflash_args(pair, hybrid.BLOCK)]
-    prompts = hybrid.prompts()
-    want = [hybrid.greedy(pair.target, ids, MAX_NEW) for ids in prompts]
-    with SGLangServer(pair.target, args, env={**hybrid.HYBRID_ENV, **env, WIDTHS_ENV: CYCLE}) as server:
-        alone = [hybrid.generate(server, ids, MAX_NEW) for ids in prompts]
-        with ThreadPoolExecutor(len(prompts)) as pool:
-            together = list(pool.map(lambda ids: hybrid.generate(server, ids, MAX_NEW), prompts))
-    assert [out["output_ids"] for out in alone] == want
-    assert [out["output_ids"] for out in together] == want
+def test_the_sampled_law_with_real_filters_under_the_adaptive_width(pair, adaptive, prompt_ids):
+    """law_matrix.SETTINGS in one mixed batch, at whatever widths the policy picks."""
+    _, target, _ = load(pair.target, pair.draft)
+    assert_every_setting_follows_the_law("chain, adaptive width", adaptive, target, prompt_ids)

@@ -13,15 +13,16 @@ from __future__ import annotations
 import functools
 import json
 import threading
-import time
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from .law_matrix import assert_every_setting_follows_the_law
 from .pairs import chat, chat_prompts, load, reference
 from .sampling_law import chisquare_pvalue
+from .test_overlap import stream_generate
 
 BLOCK = 4  # the shared pair is written for 8; the flag overrides it, as users do
 MAX_NEW = 40
@@ -142,16 +143,16 @@ def test_repeated_prefix_hits_the_radix_cache(pair, dflash, prompt_ids):
 
 
 def test_abort_mid_generation_while_others_continue(pair, dflash, prompt_ids):
-    aborted = {}
+    aborted, started = {}, threading.Event()
 
     def long_request():
         params = {"temperature": 0, "max_new_tokens": 3000, "ignore_eos": True}
         body = {"input_ids": prompt_ids[0], "rid": "abort-me", "sampling_params": params}
-        aborted["result"] = dflash.post("/generate", body)
+        aborted["result"] = stream_generate(dflash, body, started)
 
     thread = threading.Thread(target=long_request)
     thread.start()
-    time.sleep(2.0)
+    assert started.wait(120)  # an abort before SGLang registered the request is silently dropped
     with ThreadPoolExecutor(4) as pool:
         others = pool.map(lambda ids: dflash.generate(ids, MAX_NEW), prompt_ids[1:5])
         abort = urllib.request.Request(
@@ -235,3 +236,13 @@ def test_the_readme_openai_client_call(dflash, nospec):
 
     answer = ask(dflash)
     assert answer and answer == ask(nospec)
+
+
+@pytest.mark.parametrize(
+    "server,path",
+    [("dflash8_overlap", "chain, overlap worker"), ("dflash8_plain", "chain, plain worker")],
+)
+def test_the_sampled_law_with_real_filters(request, pair, prompt_ids, server, path):
+    """law_matrix.SETTINGS in one mixed batch, each against the target's law and its control."""
+    target = load(pair.target, pair.draft)[1]
+    assert_every_setting_follows_the_law(path, request.getfixturevalue(server), target, prompt_ids)

@@ -52,8 +52,12 @@ class ForeignCpu:
         after = process_table()
         if self.before is None or after is None or duration_s <= 0:
             return None
-        ours = own_tree(after, os.getpid()) | own_tree(self.before, os.getpid())
-        used = sum(
-            cpu - self.before.get(pid, (0, 0.0))[1] for pid, (_, cpu) in after.items() if pid not in ours
-        )
-        return max(used, 0.0) / (duration_s * (os.cpu_count() or 1))
+        used = sum(foreign_usage(self.before, after, os.getpid()).values())
+        return used / (duration_s * (os.cpu_count() or 1))
+
+
+def foreign_usage(before: dict, after: dict, root: int) -> dict[int, float]:
+    """pid -> CPU seconds used between the two tables, for every process outside root's tree."""
+    ours = own_tree(after, root) | own_tree(before, root)
+    used = {pid: cpu - before.get(pid, (0, 0.0))[1] for pid, (_, cpu) in after.items() if pid not in ours}
+    return {pid: seconds for pid, seconds in used.items() if seconds > 0}

@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 
 import torch
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 from transformers import AutoConfig
 
 TARGET_MODULES = ("q_proj", "v_proj")
@@ -54,3 +54,19 @@ def write_tiny_lora(
     }
     (out / "adapter_config.json").write_text(json.dumps(adapter_config, indent=2))
     return out
+
+
+@torch.no_grad()
+def merge_lora(model, adapter_dir) -> None:
+    """Fold an adapter written by write_tiny_lora into a transformers model: W += alpha / r * B @ A
+    (PEFT's LoRA), so the merged model's logits are the adapted target's law."""
+    adapter_dir = Path(adapter_dir)
+    adapter_config = json.loads((adapter_dir / "adapter_config.json").read_text())
+    scale = adapter_config["lora_alpha"] / adapter_config["r"]
+    tensors = load_file(str(adapter_dir / "adapter_model.safetensors"))
+    for key, a in tensors.items():
+        if key.endswith(".lora_A.weight"):
+            prefix = key[: -len(".lora_A.weight")]
+            b = tensors[f"{prefix}.lora_B.weight"]
+            module = model.get_submodule(prefix.removeprefix("base_model.model."))
+            module.weight += (scale * b.double() @ a.double()).to(module.weight.dtype)

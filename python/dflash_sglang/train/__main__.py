@@ -112,8 +112,8 @@ def main(argv=None) -> None:
     eval_ids = [prompt_ids(tokenizer, p["instruction"]) for p in held_out]
     history = train_drafter(target, draft, examples, recipe, eval_ids, args.eval_max_new_tokens, pad)
     draft.float().cpu().save_pretrained(args.out)
-    (args.out / "training.json").write_text(json.dumps({"args": vars(args), "evaluations": history},
-                                                        indent=1, default=str) + "\n")  # fmt: skip
+    record = {"args": vars(args), "evaluations": history, "eval_prompt_ids": eval_ids}
+    (args.out / "training.json").write_text(json.dumps(record, indent=1, default=str) + "\n")
     print(f"drafter: {args.out}")
 
 

@@ -1,0 +1,231 @@
+"""The sampled law on every decoding path: one place every path registers in (PATHS), one check
+every path's test calls (`assert_every_setting_follows_the_law`).
+
+Each path's server gets one batch mixing SETTINGS (real temperatures and filters, several verify
+steps per request). For each setting, the completions are tested against the target's own law,
+computed independently of our worker: the target model's logits (transformers, float64), the
+penalty as SGLang's penalizer applies it, the temperature, then SGLang's own no-spec filter
+(`top_k_top_p_min_p_sampling_from_probs_torch`, the CPU sampler). The test is the sequential
+probability integral transform (sampling_law.py): every token's u given its prefix is uniform
+exactly when the completions follow the law; and no token may fall outside the filter's support
+(relaxed by a hair for float32 against float64). Each setting has a negative control, the law with
+its filter (or penalty) dropped, that the same completions must fail, so the test is shown to see
+what the filter does on that very path. Against a control two statistics run, Bonferroni-combined:
+the PIT, and the sequential likelihood ratio of the tested law against the control (under the
+control, the product over tokens of law/control is a martingale of mean 1, so its inverse is a
+valid p-value by Ville's inequality; the PIT alone needs hundreds of repeats to see a penalty). A
+top_p of 0.9 at T0.6 cuts little of this peaked target's mass (the dropped-filter control would
+need thousands of tokens), so its control also moves the temperature. The p-values of every run
+are printed as a matrix at the end of the session (conftest.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from concurrent.futures import ThreadPoolExecutor
+
+import torch
+from scipy import stats
+from sglang.srt.layers.sampler import top_k_top_p_min_p_sampling_from_probs_torch
+
+# Every decoding path and the test module whose server runs it (docs/features.md cites these).
+PATHS = {
+    "chain, overlap worker": "test_worker.py",
+    "chain, plain worker": "test_worker.py",
+    "tree 16 nodes, overlap worker": "test_tree.py",
+    "tree 32 nodes, plain worker": "test_tree.py",
+    "tree 8 nodes, TP=2, overlap worker": "test_tree.py",
+    "tree, forced budget cycle": "test_tree_widths.py",
+    "tree, adaptive budgets": "test_tree_widths.py",
+    "chain, forced width cycle": "test_verify_width.py",
+    "chain, adaptive width": "test_verify_width.py",
+    "hybrid extra_buffer, overlap worker": "test_hybrid_worker.py",
+    "hybrid extra_buffer, no radix cache, block 16, overlap worker": "test_hybrid_worker.py",
+    "hybrid extra_buffer_lazy, overlap worker, width cycle": "test_hybrid_worker.py",
+    "hybrid no_buffer, plain worker, width cycle": "test_hybrid_worker.py",
+    "hybrid draft window 12, overlap worker": "test_hybrid_worker.py",
+    "draft window, plain worker": "test_draft_window.py",
+    "draft window, sliding drafter, overlap worker": "test_draft_window.py",
+    "TP=2, overlap worker": "test_tp.py",
+    "TP=2, plain worker, draft window": "test_tp.py",
+    "DP attention, overlap worker": "test_dp_attention.py",
+    "DP attention, plain worker": "test_dp_attention.py",
+    "PD, overlap worker": "test_pd.py",
+    "PD, plain worker": "test_pd.py",
+    "LoRA, plain worker": "test_lora.py",
+    "fp8 draft KV, paged, plain worker": "test_engine_features.py",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    params: dict  # SGLang sampling parameters
+    control: dict  # the same with the filter or penalty dropped: a law the samples must fail
+
+    def law_params(self, control: bool) -> dict:
+        return self.control if control else self.params
+
+
+SETTINGS = {
+    "T0.6 top_p0.9": Setting({"temperature": 0.6, "top_p": 0.9}, {"temperature": 1.2}),
+    "T1.3 top_k20": Setting({"temperature": 1.3, "top_k": 20}, {"temperature": 1.3}),
+    "T1.0 min_p0.1": Setting({"temperature": 1.0, "min_p": 0.1}, {"temperature": 1.0}),
+    "T0.8 freq1.0": Setting({"temperature": 0.8, "frequency_penalty": 1.0}, {"temperature": 0.8}),
+}
+PASS = 1e-4  # the law's p-value must be above this (a false alarm once in 10,000 checks)
+REJECT = 1e-6  # the control's p-value must be below this
+RESULTS: list[dict] = []  # every check of the session, for the matrix conftest.py prints
+
+
+def sampled_batch(server, prompt: list[int], n: int, max_new: int, batched: bool, extra: dict) -> dict:
+    """n completions of every setting, all settings in one batch (a mixed batch, as in service);
+    not `batched`: as that many requests at once (SGLang's PD router takes one prompt a request)."""
+    names = [name for name in SETTINGS for _ in range(n)]
+    params = [{**SETTINGS[name].params, "max_new_tokens": max_new, "ignore_eos": True} for name in names]
+    if batched:
+        batch = {key: [value] * len(names) for key, value in extra.items()}
+        body = {"input_ids": [prompt] * len(names), "sampling_params": params, **batch}
+        outs = server.post("/generate", body)
+    else:
+        with ThreadPoolExecutor(16) as pool:
+            bodies = [{"input_ids": prompt, "sampling_params": p, **extra} for p in params]
+            outs = list(pool.map(lambda body: server.post("/generate", body), bodies))
+    assert any(out["meta_info"].get("spec_accept_length", 0) > 1 for out in outs), "no draft was accepted"
+    completions = {name: [] for name in SETTINGS}
+    for name, out in zip(names, outs, strict=True):
+        assert len(out["output_ids"]) == max_new
+        completions[name].append(out["output_ids"])
+    return completions
+
+
+@torch.no_grad()
+def target_logits(model, prompt: list[int], completions: list[list[int]]) -> torch.Tensor:
+    """[n, L, V] float64 logits of the target at each completion position, given its prefix."""
+    seqs = torch.tensor([prompt + c for c in completions])
+    logits = model(seqs).logits[:, len(prompt) - 1 : -1]
+    return logits.double()
+
+
+def relaxed(params: dict) -> dict:
+    """The filter loosened by a hair: the server filters float32 probabilities, we float64 ones."""
+    out = dict(params)
+    if "top_p" in out:
+        out["top_p"] = min(1.0, out["top_p"] + 0.02)
+    if "min_p" in out:
+        out["min_p"] = out["min_p"] * 0.95
+    return out
+
+
+def law(logits: torch.Tensor, completions: torch.Tensor, params: dict) -> torch.Tensor:
+    """[n, L, V] logits -> [n, L, V] the probabilities SGLang's no-spec sampler draws from."""
+    n, length, vocab = logits.shape
+    penalty = params.get("frequency_penalty", 0.0)
+    if penalty:  # each position is penalised by the counts of the tokens generated before it
+        counts = torch.nn.functional.one_hot(completions, vocab).double().cumsum(1)
+        logits = logits - penalty * torch.cat([torch.zeros_like(counts[:, :1]), counts[:, :-1]], 1)
+    probs = torch.softmax(logits / params.get("temperature", 1.0), -1).reshape(-1, vocab)
+    rows = probs.shape[0]
+    top_k = params.get("top_k", vocab)
+    _, kept, order, _ = top_k_top_p_min_p_sampling_from_probs_torch(
+        probs.clone(),
+        torch.full((rows,), top_k if top_k > 0 else vocab),
+        torch.full((rows,), params.get("top_p", 1.0), dtype=torch.float64),
+        torch.full((rows,), params.get("min_p", 0.0), dtype=torch.float64),
+        "min_p" in params,
+        None,
+        torch.zeros(rows, dtype=torch.long),
+        return_filtered_probs=True,
+    )
+    filtered = torch.zeros_like(probs).scatter_(-1, order.long(), kept)
+    return (filtered / filtered.sum(-1, keepdim=True)).view(n, length, vocab)
+
+
+def pit_pvalue(probs: torch.Tensor, completions: torch.Tensor, seed: int = 0) -> float:
+    """Sequential randomized PIT + Kolmogorov-Smirnov (sampling_law.sequential_pit_pvalue, for a
+    given law per position): u = P(more likely than x) + v * P(x), v ~ U(0, 1)."""
+    chosen = probs.gather(-1, completions.unsqueeze(-1))
+    below = (probs * (probs > chosen)).sum(-1, keepdim=True)
+    jitter = torch.rand(chosen.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
+    u = (below + jitter * chosen).clamp(0, 1)
+    return float(stats.kstest(u.flatten().numpy(), "uniform").pvalue)
+
+
+def outside(support: torch.Tensor, completions: torch.Tensor) -> int:
+    """How many tokens fell where the law puts no mass."""
+    return int((support.gather(-1, completions.unsqueeze(-1)) == 0).sum())
+
+
+def likelihood_ratio_pvalue(tested: torch.Tensor, control: torch.Tensor, completions: torch.Tensor) -> float:
+    """Under the control law, P(prod tested/control >= 1/p) <= p: p = prod control/tested."""
+    chosen = completions.unsqueeze(-1)
+    log_ratio = control.gather(-1, chosen).clamp_min(1e-300).log() - tested.gather(-1, chosen).log()
+    return float(log_ratio.sum().clamp(max=0.0).exp())
+
+
+@torch.no_grad()
+def most_uncertain(model, prompts: list[list[int]], steps: int = 8) -> list[int]:
+    """The prompt whose greedy continuation leaves the target least sure (the most power per token)."""
+
+    def entropy(prompt: list[int]) -> float:
+        seq, total = list(prompt), 0.0
+        for _ in range(steps):
+            probs = torch.softmax(model(torch.tensor([seq])).logits[0, -1].double(), -1)
+            total -= float((probs * probs.clamp_min(1e-300).log()).sum())
+            seq.append(int(probs.argmax()))
+        return total
+
+    return max(prompts, key=entropy)
+
+
+def judge(setting: Setting, model, prompt: list[int], completions: list[list[int]]) -> tuple:
+    """(p, control p, the failure in words or "") of one setting's completions."""
+    tokens = torch.tensor(completions)
+    logits = target_logits(model, prompt, completions)
+    target, support = law(logits, tokens, setting.params), law(logits, tokens, relaxed(setting.params))
+    stray = outside(support, tokens)
+    p = pit_pvalue(target, tokens) if not stray else 0.0
+    control_law = law(logits, tokens, setting.control)
+    statistics = (pit_pvalue(control_law, tokens), likelihood_ratio_pvalue(support, control_law, tokens))
+    control = min(1.0, 2 * min(statistics))
+    if p > PASS and control < REJECT:
+        return p, control, ""
+    stray_note = f"; {stray} tokens outside the filter" if stray else ""
+    return p, control, f"p {p:.3g} (must be > {PASS}{stray_note}), control {control:.3g} (< {REJECT})"
+
+
+def assert_follows_the_law(setting: Setting, model, prompt: list[int], completions: list[list[int]]) -> None:
+    """One setting's completions (sampled elsewhere) pass against the law and fail its control."""
+    _, _, failure = judge(setting, model, prompt, completions)
+    assert not failure, failure
+
+
+def assert_every_setting_follows_the_law(
+    path: str, server, model, prompts: list[list[int]], n: int = 32, max_new: int = 24,
+    batched: bool = True, extra: dict | None = None,
+) -> None:  # fmt: skip
+    """Every setting's completions pass against the target's law and fail against its control
+    (`extra`: request fields every request carries, such as a LoRA adapter's name)."""
+    assert path in PATHS, f"register {path!r} in law_matrix.PATHS"
+    prompt = most_uncertain(model, prompts)
+    failures = []
+    for name, completions in sampled_batch(server, prompt, n, max_new, batched, extra or {}).items():
+        p, control, failure = judge(SETTINGS[name], model, prompt, completions)
+        RESULTS.append({"path": path, "setting": name, "p": p, "control": control})
+        if failure:
+            failures.append(f"{name}: {failure}")
+    assert not failures, f"{path}: " + "; ".join(failures)
+
+
+def matrix_lines() -> list[str]:
+    """The session's results as a table: one row a path, p-value / control p-value per setting."""
+    if not RESULTS:
+        return []
+    header = "| path | " + " | ".join(SETTINGS) + " |"
+    lines = [header, "|" + "---|" * (len(SETTINGS) + 1)]
+    for path in [p for p in PATHS if any(r["path"] == p for r in RESULTS)]:
+        cells = {r["setting"]: f"{r['p']:.2g} / {r['control']:.1g}" for r in RESULTS if r["path"] == path}
+        lines.append(f"| {path} | " + " | ".join(cells.get(s, "") for s in SETTINGS) + " |")
+    missing = [p for p in PATHS if not any(r["path"] == p for r in RESULTS)]
+    if missing:
+        lines.append(f"not run in this session: {', '.join(missing)}")
+    return lines
