@@ -23,6 +23,7 @@ Environment:
   DFLASH_SGLANG_DISABLE=1         the plugin does nothing
   DFLASH_SGLANG_WORKER=builtin    keep the CPU layer, run SGLang's built-in DFLASH worker
   DFLASH_SGLANG_CHECK_HOST_SYNC=1 fail any step that reads device data on the host (runtime/host_sync.py)
+  DFLASH_SGLANG_FORK_SUBPROCESSES=1  a cpu server forks its subprocesses (cpu/fork_launch.py)
 """
 
 from __future__ import annotations

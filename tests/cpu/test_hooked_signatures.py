@@ -13,6 +13,12 @@ import pytest
 from dflash_sglang.cpu.hooks import HOOKS
 
 SIGNATURES = {
+    # The DP controller's receive on an idle cpu server (cpu/dp_controller.py).
+    "sglang.srt.managers.data_parallel_controller.sock_recv":
+        "(socket: 'zmq.Socket', flags: 'int' = 0) -> 'Any'",
+    # Opt-in forked subprocesses on a cpu server (cpu/fork_launch.py).
+    "sglang.srt.entrypoints.engine._set_envs_and_config":
+        "(server_args: 'ServerArgs')",
     "sglang.srt.layers.rotary_embedding.base.RotaryEmbedding.__init__":
         "(self, head_size: 'int', rotary_dim: 'int', max_position_embeddings: 'int', base: 'int', "
         "is_neox_style: 'bool', dtype: 'torch.dtype', position_start: 'int' = 0) -> 'None'",

@@ -10,7 +10,14 @@ about a minute to start on this 2-core machine):
   the host-sync check) and our plain worker (no overlap flag) at block 4 on that pair.
 All three accept custom logit processors and return_hidden_states, so every request kind the
 request-feature matrix sends reaches them.
+
+Every server of the session forks its subprocesses instead of spawning them
+(cpu/fork_launch.py: each spawn imports SGLang again, about 20 s of a 45 s start here), except
+those that run the README's own commands (test_tiny_pair, test_seed_commands), which keep
+SGLang's spawn.
 """
+
+import os
 
 import pytest
 
@@ -22,6 +29,20 @@ FEATURE_FLAGS = ["--enable-custom-logit-processor", "--enable-return-hidden-stat
 SHARED_BLOCK = 4
 OVERLAP_CHECKED = {"SGLANG_ENABLE_SPEC_V2": "1", "DFLASH_SGLANG_CHECK_HOST_SYNC": "1"}
 PLAIN = {"SGLANG_ENABLE_SPEC_V2": "", "SGLANG_ENABLE_DFLASH_SPEC_V2": ""}
+
+
+SPAWN = {"DFLASH_SGLANG_FORK_SUBPROCESSES": ""}  # SGLang's own start method, as users run it
+
+
+@pytest.fixture(scope="session", autouse=True)
+def fork_server_subprocesses():
+    previous = os.environ.get("DFLASH_SGLANG_FORK_SUBPROCESSES")
+    os.environ["DFLASH_SGLANG_FORK_SUBPROCESSES"] = "1"
+    yield
+    if previous is None:
+        del os.environ["DFLASH_SGLANG_FORK_SUBPROCESSES"]
+    else:
+        os.environ["DFLASH_SGLANG_FORK_SUBPROCESSES"] = previous
 
 
 def dflash_args(pair, block: int) -> list:

@@ -2,7 +2,8 @@
 commands verbatim) parse and serve with this package installed: their SGLang arguments, read from
 the scripts, with the tiny hybrid pair for the two model paths and the GPU-only choices swapped
 for CPU ones (`--attention-backend fa3` -> torch_native, the memory fraction, the CPU flags), and
-the seed cards' overlap variables set. Greedy output equals transformers' on the target alone."""
+the seed cards' overlap variables set, SGLang's own spawned subprocesses. Greedy output equals
+transformers' on the target alone."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest
 from dflash_sglang.testing.server import CPU_ARGS, SGLangServer
 from dflash_sglang.testing.tiny_hybrid import HybridShape, write_tiny_hybrid_pair
 
+from .conftest import SPAWN
 from .hybrid import HYBRID_ARGS, HYBRID_ENV, greedy, prompts
 
 LAUNCH = Path(__file__).resolve().parents[2] / "launch"
@@ -48,7 +50,7 @@ def test_seed_command_parses_and_serves_on_the_tiny_hybrid_pair(script, tmp_path
     cpu_only = [a for a in CPU_ARGS if a not in ("--attention-backend", "torch_native")]
     extra = [a for a in args if a not in ("--model-path", model_path)]
     with SGLangServer(model_path, [*extra, *HYBRID_ARGS], base_args=cpu_only,
-                      env={**HYBRID_ENV, **SEED_OVERLAP}) as server:  # fmt: skip
+                      env={**HYBRID_ENV, **SEED_OVERLAP, **SPAWN}) as server:  # fmt: skip
         assert "DFLASH served by dflash_sglang.overlap.DFlashOverlapWorker" in server.log_path.read_text()
         for ids in prompts()[2:4]:
             out = server.generate(ids, 24, ignore_eos=True)

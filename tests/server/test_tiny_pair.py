@@ -3,6 +3,7 @@ CPU: on its held-out prompts, DFLASH greedy output equals the target's own (a no
 the trained drafter is accepted for well over one token per verify step.
 
 The two servers run one after the other: each fixture collects its outputs and stops its server.
+The DFLASH server starts as the README's `make serve` does, with SGLang's own spawned subprocesses.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from transformers import AutoTokenizer
 from dflash_sglang.testing.server import SGLangServer
 from dflash_sglang.train import data
 from dflash_sglang.train.tiny_pair import ACCEPTANCE_FILE, EMBEDDED, embedded_pair, held_out_prompts
+
+from .conftest import SPAWN
 
 BLOCK = 8
 MAX_NEW = 64
@@ -37,7 +40,8 @@ def nospec_outputs(prompt_ids):
 def dflash_outputs(prompt_ids, nospec_outputs):  # after the no-spec server has stopped
     args = ["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", PAIR.draft,
             "--speculative-num-draft-tokens", BLOCK]  # fmt: skip
-    with SGLangServer(PAIR.target, args) as server:
+    with SGLangServer(PAIR.target, args, env=SPAWN) as server:
+        assert "subprocesses fork" not in server.log_path.read_text()  # spawned, as users run it
         return server.generate(prompt_ids, MAX_NEW)
 
 

@@ -11,7 +11,9 @@ from . import (
     conv,
     disaggregation,
     dp_attention,
+    dp_controller,
     embeds,
+    fork_launch,
     gdn,
     gpt_oss,
     kv_pool,
@@ -33,6 +35,7 @@ class Hook:
 
 
 HOOKS: tuple[Hook, ...] = (
+    Hook(fork_launch.TARGET, fork_launch.fork_subprocesses_on_cpu),
     Hook(rotary.TARGET, rotary.rotary_init_without_vllm),
     Hook(policy.HANDLE_DFLASH, policy.allow_dflash_on_cpu),
     Hook(policy.RESOLVE_DRAFT_BACKEND, policy.keep_torch_native_draft_on_cpu),
@@ -77,6 +80,7 @@ HOOKS: tuple[Hook, ...] = (
     # Attention DP (--enable-dp-attention) on a cpu server.
     Hook(dp_attention.FILL_VALUE_TARGET, dp_attention.padded_seq_len_one_for_torch_native),
     Hook(dp_attention.MEMCPY_TARGET, dp_attention.memcpy_on_cpu),
+    Hook(dp_controller.TARGET, dp_controller.receive_waiting_when_idle),
     # PD disaggregation (--disaggregation-mode prefill|decode) on a cpu server.
     Hook(disaggregation.SENDER_INIT_TARGET, disaggregation.sender_without_device_indices_on_cpu),
     Hook(disaggregation.EARLY_SEND_TARGET, disaggregation.no_early_prefix_send_on_cpu),
