@@ -43,10 +43,16 @@ def socket_pair():
     receiver.close(0), sender.close(0), context.term()
 
 
-def nonblocking_receive(socket, flags):
-    import zmq
+def controller_socket(device: str, sleep_on_idle: bool, socket):
+    """The socket the controller's loop reads after the hook: SGLang's own loop is replaced by
+    one that returns the controller it was given."""
+    from sglang.srt.server_args import ServerArgs
 
-    return socket.recv(flags=flags | zmq.NOBLOCK) if flags & zmq.NOBLOCK else socket.recv()
+    from dflash_sglang.cpu import dp_controller
+
+    args = ServerArgs(model_path="m", device=device, sleep_on_idle=sleep_on_idle)
+    controller = SimpleNamespace(server_args=args, recv_from_tokenizer=socket)
+    return dp_controller.event_loop_waiting_when_idle(lambda c: c, controller).recv_from_tokenizer
 
 
 @pytest.mark.parametrize("device,sleep_on_idle,waits", [("cpu", True, True), ("cpu", False, False),
@@ -56,22 +62,21 @@ def test_the_dp_controller_waits_only_on_an_idle_sleeping_cpu_server(
 ):
     import time
 
-    import sglang.srt.runtime_context as context
     import zmq
+    from sglang.srt.managers.io_struct import sock_recv, sock_send
 
     from dflash_sglang.cpu import dp_controller
 
-    bag = SimpleNamespace(device=device, sleep_on_idle=sleep_on_idle)
-    monkeypatch.setattr(context, "get_device", lambda: bag)
     monkeypatch.setattr(dp_controller, "IDLE_WAIT_MS", 300)
     receiver, sender = socket_pair
+    socket = controller_socket(device, sleep_on_idle, receiver)
+    assert isinstance(socket, dp_controller.WaitingSocket) == waits
     start = time.monotonic()
     with pytest.raises(zmq.ZMQError):  # nothing to read: SGLang's loop sees the same error
-        dp_controller.receive_waiting_when_idle(nonblocking_receive, receiver, zmq.NOBLOCK)
+        sock_recv(socket, flags=zmq.NOBLOCK)
     assert (time.monotonic() - start >= 0.25) == waits
     if waits:  # a waiting receive returns the message as soon as it is there
-        sender.send(b"request")
+        sock_send(sender, {"request": 1})
         start = time.monotonic()
-        got = dp_controller.receive_waiting_when_idle(nonblocking_receive, receiver, zmq.NOBLOCK)
-        assert got == b"request"
+        assert sock_recv(socket, flags=zmq.NOBLOCK) == {"request": 1}
         assert time.monotonic() - start < 0.25

@@ -14,8 +14,8 @@ from dflash_sglang.cpu.hooks import HOOKS
 
 SIGNATURES = {
     # The DP controller's receive on an idle cpu server (cpu/dp_controller.py).
-    "sglang.srt.managers.data_parallel_controller.sock_recv":
-        "(socket: 'zmq.Socket', flags: 'int' = 0) -> 'Any'",
+    "sglang.srt.managers.data_parallel_controller.DataParallelController.event_loop":
+        "(self)",
     # Opt-in forked subprocesses on a cpu server (cpu/fork_launch.py).
     "sglang.srt.entrypoints.engine._set_envs_and_config":
         "(server_args: 'ServerArgs')",

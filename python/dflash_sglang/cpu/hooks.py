@@ -80,7 +80,7 @@ HOOKS: tuple[Hook, ...] = (
     # Attention DP (--enable-dp-attention) on a cpu server.
     Hook(dp_attention.FILL_VALUE_TARGET, dp_attention.padded_seq_len_one_for_torch_native),
     Hook(dp_attention.MEMCPY_TARGET, dp_attention.memcpy_on_cpu),
-    Hook(dp_controller.TARGET, dp_controller.receive_waiting_when_idle),
+    Hook(dp_controller.TARGET, dp_controller.event_loop_waiting_when_idle),
     # PD disaggregation (--disaggregation-mode prefill|decode) on a cpu server.
     Hook(disaggregation.SENDER_INIT_TARGET, disaggregation.sender_without_device_indices_on_cpu),
     Hook(disaggregation.EARLY_SEND_TARGET, disaggregation.no_early_prefix_send_on_cpu),
