@@ -137,16 +137,42 @@ def test_min_new_tokens_ban_ends_at_the_position_reaching_the_minimum():
     assert (logits[0, :, :11] == 0).all()
 
 
+def req(slot: int, rid: str, output_ids=()):
+    """SGLang's own Req, in request slot `slot`."""
+    from sglang.srt.managers.schedule_batch import Req
+    from sglang.srt.sampling.sampling_params import SamplingParams
+
+    out = Req(rid, "", [1, 2], SamplingParams())
+    out.kv.req_pool_idx, out.output_ids = slot, list(output_ids)
+    return out
+
+
 def test_ledger_restarts_at_prefill_and_counts_what_steps_emit():
     ledger = PenaltyLedger(slots=4, vocab_size=VOCAB, device="cpu")
     slots = torch.tensor([2, 0])
-    ledger.start(slots, torch.tensor([5, 7]))
+    ledger.start(slots, torch.tensor([5, 7]), [req(2, "a"), req(0, "b")])
     ledger.commit(slots, torch.tensor([[5, 5, 9, 1], [3, 0, 0, 0]]), torch.tensor([3, 1]))
     assert ledger.counts[2, 5] == 3 and ledger.counts[2, 9] == 1 and ledger.counts[2, 1] == 0
     assert ledger.counts[0, 7] == 1 and ledger.counts[0, 3] == 1 and ledger.counts[0, 0] == 0
     assert ledger.lengths.tolist() == [2, 0, 4, 0]
-    ledger.start(torch.tensor([2]), torch.tensor([4]))  # a new request in slot 2 (or a retraction)
+    ledger.start(torch.tensor([2]), torch.tensor([4]), [req(2, "c")])  # a new request in slot 2
     assert ledger.counts[2].sum() == 1 and ledger.counts[2, 4] == 1 and ledger.lengths[2] == 1
+
+
+def test_a_request_prefilled_elsewhere_starts_from_its_output_ids():
+    """A PD decode server's request reaches verify with the prefill server's first token in its
+    output_ids and no prefill here; requests started here are left alone."""
+    ledger = PenaltyLedger(slots=4, vocab_size=VOCAB, device="cpu")
+    ledger.start(torch.tensor([1]), torch.tensor([5]), [req(1, "here")])
+    ledger.commit(torch.tensor([1]), torch.tensor([[6, 6]]), torch.tensor([2]))
+    before = ledger.counts[1].clone()
+    ledger.catch_up([req(1, "here", [5]), req(3, "from-prefill-server", [9]), req(0, "resumed", [2, 2, 8])])
+    assert torch.equal(ledger.counts[1], before) and ledger.lengths[1] == 3  # host output_ids may lag
+    assert ledger.counts[3, 9] == 1 and ledger.counts[3].sum() == 1 and ledger.lengths[3] == 1
+    assert ledger.counts[0, 2] == 2 and ledger.counts[0, 8] == 1 and ledger.lengths[0] == 3
+    ledger.commit(torch.tensor([3]), torch.tensor([[9, 4]]), torch.tensor([2]))
+    ledger.catch_up([req(3, "from-prefill-server", [9])])  # once only: the commits count from then on
+    assert ledger.counts[3, 9] == 2 and ledger.counts[3, 4] == 1 and ledger.lengths[3] == 3
 
 
 def test_block_pairs_cover_each_draft_before_each_later_position():

@@ -256,12 +256,16 @@ class DFlashWorker(Drafting, BaseSpecWorker):
 
     def count_first_tokens(self, batch, first_tokens):
         """Penalties count generated tokens from each request's (re)prefill on (sampling/penalties.py)."""
+        if self.penalty_ledger(batch) is not None:
+            self.penalties.start(batch.req_pool_indices, first_tokens, batch.reqs)
+
+    def penalty_ledger(self, batch) -> PenaltyLedger | None:
+        """The penalties' counts, allocated by the first penalised request."""
         if self.penalties is None and PenaltyParams.of(batch.reqs, self.device) is not None:
             slots = self.model_runner.req_to_token_pool.req_to_token.shape[0]
             vocab = self.model_runner.model_config.vocab_size
             self.penalties = PenaltyLedger.allocate(slots, vocab, self.device)
-        if self.penalties is not None:
-            self.penalties.start(batch.req_pool_indices, first_tokens)
+        return self.penalties
 
     def idle(self, batch, on_publish):
         if dp_attention.enabled():  # the peers' verify collectives need this rank too
@@ -317,6 +321,8 @@ class DFlashWorker(Drafting, BaseSpecWorker):
         )
         logits = target_out.logits_output.next_token_logits
         info = batch.sampling_info
+        if self.penalty_ledger(batch) is not None:
+            self.penalties.catch_up(batch.reqs)  # a PD decode server's requests start here
         adjust_verify_logits(
             logits, batch, block.tokens, self.penalties, grammar, grammar_barrier, block.tree
         )

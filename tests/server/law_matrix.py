@@ -22,6 +22,7 @@ are printed as a matrix at the end of the session (conftest.py).
 from __future__ import annotations
 
 import dataclasses
+from concurrent.futures import ThreadPoolExecutor
 
 import torch
 from scipy import stats
@@ -49,6 +50,8 @@ PATHS = {
     "TP=2, plain worker, draft window": "test_tp.py",
     "DP attention, overlap worker": "test_dp_attention.py",
     "DP attention, plain worker": "test_dp_attention.py",
+    "PD, overlap worker": "test_pd.py",
+    "PD, plain worker": "test_pd.py",
     "LoRA, plain worker": "test_lora.py",
     "fp8 draft KV, paged, plain worker": "test_engine_features.py",
 }
@@ -71,12 +74,20 @@ REJECT = 1e-6  # the control's p-value must be below this
 RESULTS: list[dict] = []  # every check of the session, for the matrix conftest.py prints
 
 
-def sampled_batch(server, prompt: list[int], n: int, max_new: int, extra: dict) -> dict:
-    """n completions of every setting, all settings in one batch (a mixed batch, as in service)."""
+def sampled_batch(server, prompt: list[int], n: int, max_new: int, extra: dict, batched: bool) -> dict:
+    """n completions of every setting, all settings in one batch (a mixed batch, as in service);
+    not `batched`: one request a completion, 64 at a time (SGLang's PD router takes one prompt a
+    request)."""
     names = [name for name in SETTINGS for _ in range(n)]
     params = [{**SETTINGS[name].params, "max_new_tokens": max_new, "ignore_eos": True} for name in names]
-    batch = {key: [value] * len(names) for key, value in extra.items()}
-    outs = server.post("/generate", {"input_ids": [prompt] * len(names), "sampling_params": params, **batch})
+    if batched:
+        batch = {key: [value] * len(names) for key, value in extra.items()}
+        body = {"input_ids": [prompt] * len(names), "sampling_params": params, **batch}
+        outs = server.post("/generate", body)
+    else:
+        bodies = [{"input_ids": prompt, "sampling_params": p, **extra} for p in params]
+        with ThreadPoolExecutor(64) as pool:
+            outs = list(pool.map(lambda body: server.post("/generate", body), bodies))
     assert any(out["meta_info"].get("spec_accept_length", 0) > 1 for out in outs), "no draft was accepted"
     completions = {name: [] for name in SETTINGS}
     for name, out in zip(names, outs, strict=True):
@@ -188,14 +199,14 @@ def assert_follows_the_law(setting: Setting, model, prompt: list[int], completio
 
 def assert_every_setting_follows_the_law(
     path: str, server, model, prompts: list[list[int]], n: int = 32, max_new: int = 24,
-    extra: dict | None = None,
+    extra: dict | None = None, batched: bool = True,
 ) -> None:  # fmt: skip
     """Every setting's completions pass against the target's law and fail against its control
     (`extra`: request fields every request carries, such as a LoRA adapter's name)."""
     assert path in PATHS, f"register {path!r} in law_matrix.PATHS"
     prompt = most_uncertain(model, prompts)
     failures = []
-    for name, completions in sampled_batch(server, prompt, n, max_new, extra or {}).items():
+    for name, completions in sampled_batch(server, prompt, n, max_new, extra or {}, batched).items():
         p, control, failure = judge(SETTINGS[name], model, prompt, completions)
         RESULTS.append({"path": path, "setting": name, "p": p, "control": control})
         if failure:

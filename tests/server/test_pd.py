@@ -8,12 +8,13 @@ server's first step drafts from that draft KV and the prefill's first token.
 Greedy outputs through the router equal the engine-free reference token for token, and so do the
 verify-step counts: the decode server's drafter drafts exactly what it would have drafted had it
 run the prefill itself, so the draft KV arrived whole. Also 8 concurrent requests, a radix-cache
-hit on the prefill server, a chat completion, and temperature 1 following the target's law. A
-hybrid (Gated DeltaNet) target moves its recurrent state with the KV: its outputs equal
-transformers' greedy decoding.
+hit on the prefill server, a chat completion, and sampled requests at law_matrix.SETTINGS
+(temperatures, filters, a penalty) following the target's law, controls failing. A hybrid (Gated
+DeltaNet) target moves its recurrent state with the KV: its outputs equal transformers' greedy
+decoding.
 
-Servers: a hybrid deployment first, then prefill + decode + router for the module, one server
-refused at startup; about 4 minutes in all.
+Servers: a hybrid deployment first, then prefill + decode + router per worker (overlap, plain),
+one server refused at startup.
 """
 
 from __future__ import annotations
@@ -26,13 +27,17 @@ from dflash_sglang.testing.pd import PDDeployment, pd_role_args
 from dflash_sglang.testing.server import ServerError, SGLangServer
 
 from . import hybrid
-from .conftest import dflash_args
+from .conftest import PLAIN, dflash_args
+from .law_matrix import assert_every_setting_follows_the_law
 from .pairs import load, reference, word_prompts
-from .sampling_law import assert_follows_target_law
 
 BLOCK = 4
 MAX_NEW = 24
 OVERLAP = {"SGLANG_ENABLE_SPEC_V2": "1"}
+WORKERS = {  # name: (env, the worker class the log names)
+    "overlap": (OVERLAP, "overlap.DFlashOverlapWorker"),
+    "plain": (PLAIN, "worker.DFlashWorker"),
+}
 
 
 def test_hybrid_target_moves_its_state_and_equals_transformers(tmp_path):
@@ -56,9 +61,10 @@ def pair(pair8):
     return pair8
 
 
-@pytest.fixture(scope="module")
-def pd(pair):
-    with PDDeployment(pair.target, dflash_args(pair, BLOCK), env=OVERLAP) as deployment:
+@pytest.fixture(scope="module", params=list(WORKERS))
+def pd(request, pair):
+    with PDDeployment(pair.target, dflash_args(pair, BLOCK), env=WORKERS[request.param][0]) as deployment:
+        deployment.kind = request.param
         yield deployment
 
 
@@ -69,7 +75,7 @@ def prompt_ids(pair):
 
 def test_both_sides_serve_our_worker(pd):
     for server in (pd.prefill, pd.decode):
-        assert "DFLASH served by dflash_sglang.overlap.DFlashOverlapWorker" in server.log_path.read_text()
+        assert f"DFLASH served by dflash_sglang.{WORKERS[pd.kind][1]}" in server.log_path.read_text()
 
 
 def test_greedy_through_the_router_equals_the_reference_drafts_included(pair, pd, prompt_ids):
@@ -110,15 +116,12 @@ def test_chat_completion_through_the_router(pair, pd):
     assert reply["usage"]["completion_tokens"] == len(want)
 
 
-def test_sampling_follows_the_target_law(pair, pd, prompt_ids):
-    """Temperature 1: the first token is sampled on the prefill server, the rest by the decode
-    server's sampled verify. 96 completions of 16 tokens through the router: every token follows
-    the target's law (sequential PIT), with the T=0.6 negative control."""
-    params = {"temperature": 1.0, "max_new_tokens": 16, "ignore_eos": True}
-    with ThreadPoolExecutor(16) as pool:
-        sampled = list(pool.map(lambda _: pd.router.generate(prompt_ids[7], **params), range(96)))
+def test_the_sampled_law_with_real_filters(pair, pd, prompt_ids):
+    """The first token is sampled on the prefill server, the rest by the decode server's sampled
+    verify: law_matrix.SETTINGS through the router, each against the target's law and its control."""
+    path = {"overlap": "PD, overlap worker", "plain": "PD, plain worker"}
     _, target, _ = load(pair.target, pair.draft)
-    assert_follows_target_law(target, prompt_ids[7], [out["output_ids"] for out in sampled])
+    assert_every_setting_follows_the_law(path[pd.kind], pd.router, target, prompt_ids, batched=False)
 
 
 def test_the_draft_window_is_refused_under_pd_naming_both_options(pair):

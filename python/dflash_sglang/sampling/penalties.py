@@ -8,7 +8,9 @@ their prefill values. Here the worker keeps the count itself:
 
     PenaltyLedger   per request slot (req_pool_index), on the device: how often each token was
                     generated since the request's last prefill, and how many tokens that is;
-                    reset by prefill, advanced by every commit, never read on the host
+                    reset by prefill, advanced by every commit, never read on the host. A
+                    request that reaches verify without a prefill here (a PD decode server's:
+                    the prefill server sampled its first token) starts from its host output_ids
     block position k of `[b, d_1 .. d_{B-1}]` predicts the token after d_k; when the target gets
                     there, the generated tokens are the committed ones (b included) plus
                     d_1 .. d_k, so that is what position k's penalties count
@@ -98,6 +100,7 @@ class PenaltyLedger:
     def __init__(self, slots: int, vocab_size: int, device):
         self.counts = torch.zeros((slots, vocab_size), dtype=torch.float32, device=device)
         self.lengths = torch.zeros((slots,), dtype=torch.int64, device=device)
+        self.owners: dict[int, str] = {}  # slot -> the rid its counts belong to (host data)
 
     @classmethod
     def allocate(cls, slots: int, vocab_size: int, device) -> PenaltyLedger:
@@ -110,11 +113,30 @@ class PenaltyLedger:
         )
         return cls(slots, vocab_size, device)
 
-    def start(self, slots: torch.Tensor, first_tokens: torch.Tensor) -> None:
+    def start(self, slots: torch.Tensor, first_tokens: torch.Tensor, reqs) -> None:
         """Prefill: each request's count restarts from its first generated token."""
         self.counts[slots] = 0
         self.counts[slots, first_tokens] = 1
         self.lengths[slots] = 1
+        self.owners.update((req.kv.req_pool_idx, req.rid) for req in reqs)
+
+    def catch_up(self, reqs) -> None:
+        """Before a verify: requests whose counts were not started here (their prefill ran on a
+        PD prefill server) start from what they generated so far, read from host data."""
+        fresh = [req for req in reqs if self.owners.get(req.kv.req_pool_idx) != req.rid]
+        if not fresh:
+            return
+        device = self.counts.device
+        slots = torch.tensor([req.kv.req_pool_idx for req in fresh]).to(device, non_blocking=True)
+        rows = torch.tensor([i for i, req in enumerate(fresh) for _ in req.output_ids], dtype=torch.int64)
+        tokens = torch.tensor([t for req in fresh for t in req.output_ids], dtype=torch.int64)
+        counts = torch.zeros((len(fresh), self.counts.shape[1]), dtype=self.counts.dtype)
+        counts.index_put_((rows, tokens), torch.ones(len(tokens), dtype=counts.dtype), accumulate=True)
+        self.counts[slots] = counts.to(device, non_blocking=True)
+        self.lengths[slots] = torch.tensor([len(req.output_ids) for req in fresh]).to(
+            device, non_blocking=True
+        )
+        self.owners.update((req.kv.req_pool_idx, req.rid) for req in fresh)
 
     def commit(self, slots: torch.Tensor, tokens: torch.Tensor, lengths: torch.Tensor) -> None:
         """A step emitted `tokens[i, :lengths[i]]` for request slot `slots[i]`."""
