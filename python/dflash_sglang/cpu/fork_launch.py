@@ -4,8 +4,9 @@ spawning them (DFLASH_SGLANG_FORK_SUBPROCESSES=1).
 SGLang spawns every subprocess (`_set_envs_and_config` sets the "spawn" start method, which CUDA
 needs), so each one imports SGLang again: about 20 s of a CPU server's 45 s start on a 2-core
 machine. A CPU server holds no CUDA context to inherit, so a fork is safe there, and its children
-run the same code from the launcher's imports. The tests turn it on (testing/server.py) and keep
-the README's own commands on SGLang's spawn; with a GPU, or the variable unset, nothing changes.
+run the same code from the launcher's imports. The tests turn it on (tests/server/conftest.py)
+and keep the README's own commands on SGLang's spawn; with a GPU, or the variable unset, nothing
+changes.
 """
 
 from __future__ import annotations
