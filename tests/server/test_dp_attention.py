@@ -8,7 +8,7 @@ verify-step counts equal the engine-free reference. Eight concurrent requests ke
 with prefills and verifies of different ranks in the same round. Sampled requests at
 law_matrix.SETTINGS (temperatures, filters, a penalty) follow the target's law, controls fail.
 
-One server per worker (overlap, plain), about 2 minutes each.
+One server per worker (overlap, plain), under a minute each.
 """
 
 from __future__ import annotations
