@@ -23,6 +23,11 @@ def with_changes(**changes):
     return raw
 
 
+def variant(**fields):
+    """The published config's dflash_config with a variant's fields added."""
+    return {"dflash_config": {**QWEN3_8B_DRAFT["dflash_config"], **fields}}
+
+
 def test_published_config_parses():
     c = DFlashConfig.from_dict(QWEN3_8B_DRAFT)
     assert (c.hidden_size, c.num_hidden_layers, c.num_attention_heads, c.num_key_value_heads) == (
@@ -88,6 +93,34 @@ def test_defaults_where_published_drafters_omit_fields():
     assert c.head_dim == 4096 // 32 and c.num_key_value_heads == 32
 
 
+def test_sglangs_aliases_and_plain_variant_values_parse():
+    """MuseGlimmerAssistantModel is SGLang's alias of DFlashDraftModel; a variant field at its
+    plain value, and DFlash2's logit scalings (which only its selector reads), change nothing."""
+    plain = DFlashConfig.from_dict(QWEN3_8B_DRAFT)
+    fields = dict(conv_kernel_size=0, attention_sink_bias=False, projector_type=None,
+                  output_multiplier=2.0, final_logit_softcapping=30.0)  # fmt: skip
+    raw = with_changes(architectures=["MuseGlimmerAssistantModel"], **variant(**fields))
+    assert DFlashConfig.from_dict(raw) == plain
+
+
+@pytest.mark.parametrize(
+    "architecture", ["DFlash2DraftModel", "DFlash2BeamDraftModel", "MiniMaxDFlash2DraftModel"]
+)
+def test_a_dflash2_config_parses_and_round_trips(tmp_path, architecture):
+    """SGLang's DFlash2 names (one model, three names); a plain DFlashDraftModel's selector fields
+    are ignored, as SGLang's plain class has no selector."""
+    fields = dict(selector_rank=16, selector_top_k=8, output_multiplier=2.0, final_logit_softcapping=30.0)
+    raw = with_changes(architectures=[architecture], vocab_size=151936, **variant(**fields))
+    config = DFlashConfig.from_dict(raw)
+    assert (config.selector_rank, config.selector_top_k, config.output_multiplier) == (16, 8, 2.0)
+    assert config.final_logit_softcapping == 30.0
+    config.save_pretrained(tmp_path)
+    assert DFlashConfig.from_pretrained(tmp_path) == config
+    assert json.loads((tmp_path / "config.json").read_text())["architectures"] == ["DFlash2DraftModel"]
+    plain = DFlashConfig.from_dict(with_changes(vocab_size=151936, **variant(**fields)))
+    assert plain.selector_rank == 0 and plain.output_multiplier == 1.0
+
+
 def test_block_size_inside_dflash_config_wins():
     raw = with_changes(dflash_config={"mask_token_id": 7, "target_layer_ids": [1], "block_size": 8})
     assert DFlashConfig.from_dict(raw).block_size == 8
@@ -111,7 +144,22 @@ def test_rope_parameters_of_transformers_5():
             ["target_layer_ids", "num_target_layers"],
         ),
         ({"block_size": 1}, ["block_size", "1"]),
-        ({"architectures": ["LlamaForCausalLM"]}, ["architectures", "LlamaForCausalLM"]),
+        ({"architectures": ["LlamaForCausalLM"]}, ["architectures", "LlamaForCausalLM", "DFlashDraftModel"]),
+        ({"architectures": ["DFlash2DraftModel"]}, ["dflash_config.selector_rank", "DFlash2"]),
+        (
+            {
+                "architectures": ["DFlash2DraftModel"],
+                **variant(selector_rank=8, selector_top_k=4, output_multiplier=0),
+            },
+            ["dflash_config.output_multiplier", "0"],
+        ),
+        ({"architectures": ["LiLiCorrDraftModel"]}, ["LiLiCorr", "DFLASH_SGLANG_WORKER=builtin"]),
+        (variant(conv_kernel_size=4), ["dflash_config.conv_kernel_size", "both or neither"]),
+        (variant(conv_kernel_size=4, conv_group_size=48), ["dflash_config.conv_group_size", "4096"]),
+        (variant(attention_sink_bias="yes"), ["dflash_config.attention_sink_bias", "true or false"]),
+        (variant(attention_value_scale=-1), ["dflash_config.attention_value_scale", "positive"]),
+        ({"attention_sink_bias": True}, ["attention_sink_bias", "Nemotron", "builtin"]),
+        (variant(projector_type="domino", shift_label=True), ["projector_type", "Domino"]),
         ({"hidden_size": None}, ["hidden_size", "missing"]),
         ({"num_hidden_layers": "5"}, ["num_hidden_layers", "'5'"]),
         ({"num_key_value_heads": 7}, ["num_key_value_heads", "7"]),

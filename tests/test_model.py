@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from dflash_sglang.drafter.context import DraftContextCache
-from dflash_sglang.drafter.model import DFlashDraftModel, block_visibility
+from dflash_sglang.drafter.model import DFlashDraftModel, attention_with_sinks, block_visibility
 from dflash_sglang.testing.tiny_dense import TinyShape, tiny_draft
 
 
@@ -122,3 +122,43 @@ def test_incremental_context_equals_one_call(target, layer_types, window):
         assert len(cache) == 7  # only context is kept, never the block
         twice = draft(embeds, positions[:, 12:], features[:, 7:], positions[:, 7:12], cache)
     torch.testing.assert_close(once, twice)
+
+
+def test_a_sink_is_one_more_key_with_a_zero_value():
+    """attention_with_sinks: a sink of -inf takes no mass (plain SDPA); a finite one takes its
+    softmax share from every key, as a key whose value is zero would."""
+    q, k, v = (torch.randn(1, 2, 3, 8, generator=torch.Generator().manual_seed(i)) for i in range(3))
+    mask = torch.ones(1, 1, 3, 3, dtype=torch.bool)
+    plain = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=0.3)
+    assert torch.allclose(attention_with_sinks(q, k, v, mask, 0.3, torch.full((2,), -torch.inf)), plain)
+    sinks = torch.tensor([0.5, -1.0])
+    k_sink = torch.cat([k, torch.zeros(1, 2, 1, 8)], dim=2)
+    v_sink = torch.cat([v, torch.zeros(1, 2, 1, 8)], dim=2)
+    scores = torch.cat([(q @ k.transpose(-1, -2)) * 0.3, sinks.view(1, 2, 1, 1).expand(1, 2, 3, 1)], dim=-1)
+    want = torch.softmax(scores, -1) @ v_sink
+    assert k_sink.shape[2] == 4 and torch.allclose(
+        attention_with_sinks(q, k, v, mask, 0.3, sinks), want, atol=1e-6
+    )
+
+
+def test_the_sinks_variant_round_trips_and_its_extras_change_the_drafts(tmp_path, target):
+    """MiMo's variant: the sinks load under the checkpoint's name, the config round-trips, and
+    the sinks and the value scale change the drafter's output."""
+    shape = TinyShape()
+    draft = tiny_draft(target.config, shape, attention_sink_bias=True, attention_value_scale=0.5)
+    assert draft.layers[0].self_attn.attention_sink_bias.shape == (shape.heads,)
+    draft.save_pretrained(tmp_path)
+    again = DFlashDraftModel.from_pretrained(tmp_path)
+    assert again.config == draft.config
+    assert torch.equal(
+        again.layers[1].self_attn.attention_sink_bias, draft.layers[1].self_attn.attention_sink_bias
+    )
+    plain = tiny_draft(target.config, shape)
+    plain.load_state_dict({k: v for k, v in draft.state_dict().items() if "sink" not in k})
+    block, positions = torch.randn(1, 4, shape.hidden_size), torch.arange(10, 14).view(1, 4)
+    context = torch.randn(1, 10, draft.fc.in_features)
+    outs = [
+        m(block, positions, context, torch.arange(10).view(1, 10), DraftContextCache(2))
+        for m in (draft, plain)
+    ]
+    assert not torch.allclose(*outs)

@@ -97,7 +97,7 @@ def test_loaded_drafter_gives_identical_logits(tmp_path):
         for model in (draft, loaded):
             cache = DraftContextCache(model.config.num_hidden_layers)
             logits.append(
-                propose(target, model, block, positions[:, 11:], features, positions[:, :11], cache)
+                propose(target, model, block, positions[:, 11:], features, positions[:, :11], cache)[0]
             )
     assert torch.equal(logits[0], logits[1])
 

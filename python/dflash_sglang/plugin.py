@@ -7,7 +7,7 @@ Through SGLang's HookRegistry it
 - refuses prompt ids outside the vocabulary, empty prompts and bad sample counts `n` with a 400
   (admission/input_checks.py; SGLang's scheduler dies of the first two, the third is a 500),
 - makes `--speculative-algorithm DFLASH` build this package's worker,
-- resolves `architectures: ["DFlashDraftModel"]` to this package's draft model,
+- resolves `architectures: ["DFlashDraftModel"]` (and its aliases) to this package's draft model,
 - installs the torch stand-ins for GPU-only kernels; each one acts only on CPU tensors and
   hands GPU tensors to SGLang's own kernel.
 
@@ -33,7 +33,6 @@ import os
 
 logger = logging.getLogger(__name__)
 
-DRAFT_ARCHITECTURE = "DFlashDraftModel"
 OVERLAP_FLAGS = ("SGLANG_ENABLE_SPEC_V2", "SGLANG_ENABLE_DFLASH_SPEC_V2")
 
 
@@ -110,8 +109,15 @@ def _create_worker(original, algorithm, server_args):
 
 
 def _resolve_model_cls(original, registry, architectures):
+    """Our drafter for the drafter architectures we serve; the ones we do not, refused by name
+    before SGLang builds them; SGLang's class for the rest (the worker refuses any that is the
+    drafter, naming it: drafter/generations.py)."""
+    from .drafter.generations import NOT_SERVED_YET, SERVED, check_generation
+
     first = architectures if isinstance(architectures, str) else (architectures or [None])[0]
-    if first != DRAFT_ARCHITECTURE:
+    if first in NOT_SERVED_YET:
+        check_generation({"architectures": [first]})  # raises, naming it
+    if first not in SERVED:
         return original(registry, architectures)
     from .drafter.sglang_model import DFlashDraftModel
 

@@ -83,7 +83,7 @@ def replay(
         block_ids[0, 0] = seq[start]
         context = trace.features[:, context_from:start]
         context_positions = torch.arange(context_from, start).view(1, -1)
-        logits = propose(target, draft, block_ids, positions, context, context_positions, cache)[0]
+        logits = propose(target, draft, block_ids, positions, context, context_positions, cache)[0][0]
         context_from = start
         # truth[d]: the target's greedy token after the root and d drafts (-1 past the trace: no match)
         truth = torch.tensor([seq[i] if i < end else -1 for i in range(start + 1, start + block + 1)])

@@ -40,6 +40,7 @@ from sglang.srt.speculative.draft_worker_common import (
 )
 from sglang.srt.utils import async_h2d
 
+from .drafter.sglang_model import require_our_drafter
 from .errors import DFlashConfigError
 from .runtime import dp_attention, host_sync
 from .runtime.block import Block
@@ -83,7 +84,7 @@ class DFlashWorker(Drafting, BaseSpecWorker):
             )
         self._draft_worker = bundle.draft_worker
         self.draft_runner = bundle.draft_model_runner
-        self.draft_model = bundle.draft_model
+        self.draft_model = require_our_drafter(bundle.draft_model)  # or the architecture, named
         config = self.draft_model.config
         config.validate_against(self.model_runner.model_config.hf_config)
         captured = self.model_runner.spec_aux_config.dflash_target_layer_ids
@@ -115,7 +116,10 @@ class DFlashWorker(Drafting, BaseSpecWorker):
         tree_nodes = self.tree.width if self.tree else None
         self.widths = VerifyWidth(self.block_size, self.device, get_parallel().tp_group, tree_nodes)
         if self.tree is not None:  # refuses what trees do not serve yet; the drafter's log q
-            self.draft_vocab = tree_verify.prepare(self.tree, self.block_size, server_args, self.model_runner)
+            selector = self.draft_model.candidate_selector is not None  # DFlash2 drafts one path
+            self.draft_vocab = tree_verify.prepare(
+                self.tree, self.block_size, server_args, self.model_runner, selector
+            )
         self.simulated = SimulatedAcceptance.for_worker(self.tree, self.block_size, self.device)
         if self.simulated is not None:
             logger.warning("dflash_sglang: %s: simulated acceptance, for benchmarking only; the "

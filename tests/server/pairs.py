@@ -15,8 +15,8 @@ from dflash_sglang.testing.tiny_dense import CORPUS, TinyShape, write_tiny_pair
 HOT_SHAPE = TinyShape(hot_tokens=3)  # a random drafter is often partially, sometimes fully accepted
 
 
-def make_pair(root: Path, block_size: int, shape: TinyShape = HOT_SHAPE):
-    return write_tiny_pair(root, seed=0, block_size=block_size, shape=shape)
+def make_pair(root: Path, block_size: int, shape: TinyShape = HOT_SHAPE, **draft_fields):
+    return write_tiny_pair(root, seed=0, block_size=block_size, shape=shape, **draft_fields)
 
 
 def chat_prompts(count: int = 16) -> list[str]:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import DFlashConfigError
+from .generations import SELECTOR_ARCHITECTURE, check_generation, is_selector_architecture
 
 ARCHITECTURE = "DFlashDraftModel"
 FULL_ATTENTION = "full_attention"
@@ -61,6 +62,19 @@ class DFlashConfig:
     hidden_act: str = "silu"
     max_position_embeddings: int = 40960
     vocab_size: int | None = None
+    # MiMo-style variant (dflash_config): a learned sink logit per query head in every layer's
+    # softmax, and values (of the block and the injected context alike) scaled by a constant.
+    attention_sink_bias: bool = False
+    attention_value_scale: float | None = None
+    # The grouped-convolution variant (drafter/conv.py): taps and channels a group, 0 = none.
+    conv_kernel_size: int = 0
+    conv_group_size: int = 0
+    # DFlash2 (drafter/selector.py): candidates a position and the transition tables' rank, 0 =
+    # plain DFlash; the candidates' logits are scaled, then soft-capped (only the selector reads them).
+    selector_top_k: int = 0
+    selector_rank: int = 0
+    output_multiplier: float = 1.0
+    final_logit_softcapping: float | None = None
 
     # ---- reading -------------------------------------------------------------------------------
 
@@ -79,9 +93,7 @@ class DFlashConfig:
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> DFlashConfig:
-        archs = raw.get("architectures")
-        if archs is not None and ARCHITECTURE not in archs:
-            raise DFlashConfigError(f"architectures = {archs!r}: expected {[ARCHITECTURE]!r}")
+        check_generation(raw)  # an architecture or variant we do not serve, named
         dflash = raw.get("dflash_config")
         if not isinstance(dflash, dict):
             raise DFlashConfigError(
@@ -134,6 +146,13 @@ class DFlashConfig:
             hidden_act=str(raw.get("hidden_act", "silu")),
             max_position_embeddings=int(raw.get("max_position_embeddings", 40960)),
             vocab_size=raw.get("vocab_size"),
+            attention_sink_bias=_sink_bias(dflash.get("attention_sink_bias")),
+            attention_value_scale=_value_scale(dflash.get("attention_value_scale")),
+            conv_kernel_size=_int_field(
+                "dflash_config.conv_kernel_size", dflash.get("conv_kernel_size") or 0
+            ),
+            conv_group_size=_int_field("dflash_config.conv_group_size", dflash.get("conv_group_size") or 0),
+            **selector_fields(raw, dflash),
         )
         config.check()
         return config
@@ -163,6 +182,16 @@ class DFlashConfig:
                 raise DFlashConfigError(
                     f"layer_types contains {kind!r}: expected {FULL_ATTENTION!r} or {SLIDING_ATTENTION!r}"
                 )
+        if bool(self.conv_kernel_size) != bool(self.conv_group_size):
+            raise DFlashConfigError(
+                f"dflash_config.conv_kernel_size = {self.conv_kernel_size} and conv_group_size = "
+                f"{self.conv_group_size}: a grouped convolution needs both or neither"
+            )
+        if self.conv_group_size and self.hidden_size % self.conv_group_size:
+            raise DFlashConfigError(
+                f"dflash_config.conv_group_size = {self.conv_group_size} does not divide "
+                f"hidden_size = {self.hidden_size}"
+            )
         if SLIDING_ATTENTION in self.layer_types and not (
             isinstance(self.sliding_window, int) and self.sliding_window > 0
         ):
@@ -219,8 +248,19 @@ class DFlashConfig:
         }
         if SLIDING_ATTENTION in self.layer_types and not self.sliding_is_causal:
             dflash["is_causal"] = False
+        if self.attention_sink_bias:
+            dflash["attention_sink_bias"] = True
+        if self.attention_value_scale is not None:
+            dflash["attention_value_scale"] = self.attention_value_scale
+        if self.conv_kernel_size:
+            dflash.update(conv_kernel_size=self.conv_kernel_size, conv_group_size=self.conv_group_size)
+        if self.selector_rank:
+            dflash.update(selector_rank=self.selector_rank, selector_top_k=self.selector_top_k,
+                          output_multiplier=self.output_multiplier)  # fmt: skip
+            if self.final_logit_softcapping is not None:
+                dflash["final_logit_softcapping"] = self.final_logit_softcapping
         out: dict[str, Any] = {
-            "architectures": [ARCHITECTURE],
+            "architectures": [SELECTOR_ARCHITECTURE if self.selector_rank else ARCHITECTURE],
             "model_type": "qwen3",
             "hidden_size": self.hidden_size,
             "num_hidden_layers": self.num_hidden_layers,
@@ -257,6 +297,49 @@ def _int_field(name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise DFlashConfigError(f"{name} = {value!r}: expected an integer")
     return value
+
+
+def selector_fields(raw: dict[str, Any], dflash: dict[str, Any]) -> dict[str, Any]:
+    """DFlash2's fields; a plain DFlashDraftModel's selector fields are ignored, as SGLang does."""
+    if not is_selector_architecture(raw.get("architectures")):
+        return {}
+    rank, top_k = dflash.get("selector_rank") or 0, dflash.get("selector_top_k") or 0
+    if not (rank and top_k):
+        raise DFlashConfigError(
+            f"dflash_config.selector_rank = {rank} and selector_top_k = {top_k}: a DFlash2 drafter "
+            "needs both (its candidate selector)"
+        )
+    multiplier, softcap = dflash.get("output_multiplier", 1.0), dflash.get("final_logit_softcapping")
+    if isinstance(multiplier, bool) or not isinstance(multiplier, (int, float)) or multiplier <= 0:
+        raise DFlashConfigError(
+            f"dflash_config.output_multiplier = {multiplier!r}: expected a positive number"
+        )
+    if raw.get("vocab_size") is None:
+        raise DFlashConfigError(
+            "vocab_size is missing: a DFlash2 drafter's selector tables have a row a token"
+        )
+    return dict(
+        selector_rank=_int_field("dflash_config.selector_rank", rank),
+        selector_top_k=_int_field("dflash_config.selector_top_k", top_k),
+        output_multiplier=float(multiplier),
+        final_logit_softcapping=float(softcap) if softcap else None,
+    )
+
+
+def _sink_bias(value: Any) -> bool:
+    if value is not None and not isinstance(value, bool):
+        raise DFlashConfigError(f"dflash_config.attention_sink_bias = {value!r}: expected true or false")
+    return bool(value)
+
+
+def _value_scale(value: Any) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise DFlashConfigError(
+            f"dflash_config.attention_value_scale = {value!r}: expected a positive number"
+        )
+    return float(value)
 
 
 def _require_int(raw: dict[str, Any], name: str) -> int:

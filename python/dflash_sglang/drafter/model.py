@@ -13,6 +13,7 @@ The per-step math lives in small functions (`fuse_target_features`, `context_key
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from pathlib import Path
 
@@ -29,7 +30,9 @@ from transformers.models.qwen3.modeling_qwen3 import (
 
 from .config import DFlashConfig
 from .context import DraftContextCache
+from .conv import GroupedBlockConv, wrapped
 from .reference import spec_generate
+from .selector import CandidateSelector
 
 
 def to_qwen3_config(config: DFlashConfig) -> Qwen3Config:
@@ -82,6 +85,26 @@ def block_visibility(
 Attend = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
 
+def add_value_scale_and_sinks(attention: nn.Module, config: DFlashConfig, heads: int) -> None:
+    """The MiMo variant's extras on an attention module: `value_scale` (1 when plain) and, with
+    `attention_sink_bias`, one sink logit per query head (`attention_sink_bias` [heads])."""
+    attention.value_scale = config.attention_value_scale or 1.0
+    sinks = nn.Parameter(torch.zeros(heads)) if config.attention_sink_bias else None
+    attention.register_parameter("attention_sink_bias", sinks)  # the checkpoint's name
+
+
+def attention_with_sinks(q, k, v, mask, scale: float, sinks: torch.Tensor | None) -> torch.Tensor:
+    """SDPA over [b, heads, q, hd] / [b, heads, k, hd], where each head's softmax also holds its
+    sink logit (a key that every query sees and whose value is zero)."""
+    if sinks is None:
+        return nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+    scores = (q @ k.transpose(-1, -2)) * scale
+    scores = scores.masked_fill(~mask, float("-inf"))
+    sink = sinks.to(scores.dtype).view(1, -1, 1, 1).expand(*scores.shape[:-1], 1)
+    weights = torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1)[..., :-1]
+    return weights @ v
+
+
 class DFlashAttention(nn.Module):
     def __init__(self, config: DFlashConfig, layer: int):
         super().__init__()
@@ -99,6 +122,7 @@ class DFlashAttention(nn.Module):
         self.o_proj = nn.Linear(self.heads * hd, hidden, bias=bias)
         self.q_norm = Qwen3RMSNorm(hd, eps=config.rms_norm_eps)
         self.k_norm = Qwen3RMSNorm(hd, eps=config.rms_norm_eps)
+        add_value_scale_and_sinks(self, config, self.heads)
 
     def _heads(self, x: torch.Tensor, n: int) -> torch.Tensor:
         return x.view(*x.shape[:-1], n, self.head_dim)
@@ -108,12 +132,22 @@ class DFlashAttention(nn.Module):
 
         Used for the block and, in KV injection, for the fused target context."""
         k = self.k_norm(self._heads(self.k_proj(x), self.kv_heads))
-        return apply_rotary(k, cos, sin), self._heads(self.v_proj(x), self.kv_heads)
+        return apply_rotary(k, cos, sin), self._heads(self.v_proj(x) * self.value_scale, self.kv_heads)
 
     def forward(self, block, cos, sin, attend: Attend) -> torch.Tensor:
         q = apply_rotary(self.q_norm(self._heads(self.q_proj(block), self.heads)), cos, sin)
         k, v = self.key_values(block, cos, sin)
         return self.o_proj(attend(self.layer, q, k, v))
+
+
+def add_block_convs(layer: nn.Module, config: DFlashConfig) -> None:
+    """The grouped-convolution variant's two convolutions of a layer (None when plain)."""
+    for name in ("attention_conv", "mlp_conv"):
+        conv = None
+        if config.conv_kernel_size:
+            conv = GroupedBlockConv(config.hidden_size, config.conv_kernel_size, config.conv_group_size,
+                                    config.block_size)  # fmt: skip
+        setattr(layer, name, conv)
 
 
 class DFlashDecoderLayer(nn.Module):
@@ -123,10 +157,12 @@ class DFlashDecoderLayer(nn.Module):
         self.mlp = Qwen3MLP(to_qwen3_config(config))
         self.input_layernorm = Qwen3RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.post_attention_layernorm = Qwen3RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        add_block_convs(self, config)
 
     def forward(self, hidden, cos, sin, attend: Attend) -> torch.Tensor:
-        hidden = hidden + self.self_attn(self.input_layernorm(hidden), cos, sin, attend)
-        return hidden + self.mlp(self.post_attention_layernorm(hidden))
+        attention = functools.partial(self.self_attn, cos=cos, sin=sin, attend=attend)
+        hidden = hidden + wrapped(self.attention_conv, attention, self.input_layernorm(hidden))
+        return hidden + wrapped(self.mlp_conv, self.mlp, self.post_attention_layernorm(hidden))
 
 
 class DFlashDraftModel(nn.Module):
@@ -144,6 +180,10 @@ class DFlashDraftModel(nn.Module):
         self.hidden_norm = Qwen3RMSNorm(d, eps=config.rms_norm_eps)
         self.norm = Qwen3RMSNorm(d, eps=config.rms_norm_eps)
         self.rotary_emb = Qwen3RotaryEmbedding(to_qwen3_config(config))
+        self.candidate_selector = None  # DFlash2's (drafter/selector.py); replicated at TP > 1
+        if config.selector_rank:
+            self.candidate_selector = CandidateSelector(d, config.vocab_size, config.selector_rank,
+                                                        config.selector_top_k)  # fmt: skip
 
     def fuse_target_features(self, features: torch.Tensor) -> torch.Tensor:
         """[.., K*D] concatenated target layer outputs -> [.., D] context vectors."""
@@ -196,12 +236,13 @@ class DFlashDraftModel(nn.Module):
             k = torch.cat([cache.keys[layer], k], dim=1).transpose(1, 2)
             v = torch.cat([cache.values[layer], v], dim=1).transpose(1, 2)
             groups = attn.heads // attn.kv_heads
-            out = nn.functional.scaled_dot_product_attention(
+            out = attention_with_sinks(
                 q.transpose(1, 2),
                 k.repeat_interleave(groups, dim=1),
                 v.repeat_interleave(groups, dim=1),
-                attn_mask=masks[(attn.window, attn.causal)],
-                scale=attn.head_dim**-0.5,
+                masks[(attn.window, attn.causal)],
+                attn.head_dim**-0.5,
+                attn.attention_sink_bias,
             )
             return out.transpose(1, 2).flatten(-2)
 

@@ -23,6 +23,7 @@ from transformers.cache_utils import DynamicCache, DynamicLayer
 from ..sampling.accept import greedy_accept, rejection_accept, sampling_probs
 from ..tree.build import Tree, accept_sampled, build_tree, walk_greedy
 from .context import DraftContextCache, target_features
+from .selector import select_drafts
 
 
 @dataclasses.dataclass
@@ -36,10 +37,14 @@ class DFlashOutput:
 
 
 def propose(target, draft, block_ids, block_positions, features, feature_positions, cache):
-    """Draft logits for block positions 1..B-1: drafter over target embeddings, target lm_head."""
+    """Draft logits for block positions 1..B-1: drafter over target embeddings, target lm_head;
+    and a DFlash2 drafter's own drafts, its selector's walk over the candidates (else None)."""
     embeds = target.get_input_embeddings()(block_ids)
-    hidden = draft(embeds, block_positions, features, feature_positions, cache)
-    return target.get_output_embeddings()(hidden[:, 1:])
+    hidden = draft(embeds, block_positions, features, feature_positions, cache)[:, 1:]
+    logits = target.get_output_embeddings()(hidden)
+    if getattr(draft, "candidate_selector", None) is None:
+        return logits, None
+    return logits, select_drafts(draft.candidate_selector, draft.config, logits, hidden, block_ids[:, 0])
 
 
 def pick(logits: torch.Tensor, temperature: float, generator=None) -> torch.Tensor:
@@ -87,12 +92,14 @@ def dflash_generate(
         block_ids = torch.full((1, block), config.mask_token_id, device=device)
         block_ids[0, 0] = result.tokens[-1]
 
-        draft_logits = propose(target, draft, block_ids, positions, features, feature_positions, draft_cache)
+        draft_logits, drafts = propose(
+            target, draft, block_ids, positions, features, feature_positions, draft_cache
+        )
         if tree_budget is None:
             step = verify_chain(
-                target, block_ids, positions, draft_logits, target_cache, temperature, generator
+                target, block_ids, positions, draft_logits, target_cache, temperature, generator, drafts
             )
-        else:
+        else:  # a DFlash2 drafter's selector drafts one path (tree/switches.py refuses trees)
             logprobs = torch.log_softmax(draft_logits[0].float(), dim=-1)
             tree = build_tree(result.tokens[-1], logprobs, tree_budget, tree_topk)
             step = verify_tree(target, tree, start, target_cache, temperature, generator)
@@ -142,10 +149,13 @@ class Verified:
 
 
 def verify_chain(
-    target, block_ids, positions, draft_logits, target_cache, temperature, generator
+    target, block_ids, positions, draft_logits, target_cache, temperature, generator, drafts=None
 ) -> Verified:
-    """The block [verified token, B-1 drafts] through the target; accept a prefix, crop the rest."""
-    if temperature <= 0:
+    """The block [verified token, B-1 drafts] through the target; accept a prefix, crop the rest.
+    `drafts` given (a DFlash2 selector's): point proposals at any temperature."""
+    if drafts is not None:
+        draft_probs = None
+    elif temperature <= 0:
         draft_probs, drafts = None, draft_logits.argmax(-1)
     else:
         draft_probs = sampling_probs(draft_logits, temperature)

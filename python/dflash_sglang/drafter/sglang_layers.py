@@ -18,7 +18,8 @@ from collections.abc import Iterable
 
 import torch
 from sglang.srt.layers.linear import MergedColumnParallelLinear, QKVParallelLinear, RowParallelLinear
-from sglang.srt.model_loader.weight_utils import default_weight_loader
+from sglang.srt.model_loader.weight_utils import default_weight_loader, sharded_weight_loader
+from sglang.srt.utils import set_weight_attrs
 from torch import nn
 from torch.nn import functional as F
 from transformers.activations import ACT2FN
@@ -56,13 +57,17 @@ class ShardedAttention(nn.Module):
         )
         self.q_norm = Qwen3RMSNorm(hd, eps=config.rms_norm_eps)
         self.k_norm = Qwen3RMSNorm(hd, eps=config.rms_norm_eps)
+        plain.add_value_scale_and_sinks(self, config, self.heads)  # this rank's heads' sinks
+        if self.attention_sink_bias is not None:  # each rank cuts its heads from the checkpoint's
+            loader = sharded_weight_loader(0, parallel_group="tp")
+            set_weight_attrs(self.attention_sink_bias, {"weight_loader": loader})
 
     def _heads(self, x: torch.Tensor, n: int) -> torch.Tensor:
         return x.view(*x.shape[:-1], n, self.head_dim)
 
     def _rope_keys(self, k, v, cos, sin):
         k = self.k_norm(self._heads(k, self.kv_heads))
-        return plain.apply_rotary(k, cos, sin), self._heads(v, self.kv_heads)
+        return plain.apply_rotary(k, cos, sin), self._heads(v * self.value_scale, self.kv_heads)
 
     def key_values(self, x, cos, sin) -> tuple[torch.Tensor, torch.Tensor]:
         """This rank's keys and values of [.., seq, D] (KV injection): the k/v rows of the fused
@@ -102,6 +107,7 @@ class ShardedDecoderLayer(plain.DFlashDecoderLayer):
         self.mlp = ShardedMLP(config, layer)
         self.input_layernorm = Qwen3RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.post_attention_layernorm = Qwen3RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        plain.add_block_convs(self, config)  # replicated on every rank
 
 
 def checkpoint_shapes(config: DFlashConfig) -> dict[str, torch.Size]:

@@ -12,6 +12,7 @@ with the target's embedding, and calls `write_context_kv` to inject committed ta
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Iterable
 
@@ -25,6 +26,7 @@ from torch import nn
 from ..errors import DFlashConfigError
 from . import model as plain
 from .config import DFlashConfig
+from .generations import SERVED, check_generation
 from .sglang_layers import ShardedDecoderLayer, checkpoint_shapes, load_checkpoint
 
 logger = logging.getLogger(__name__)
@@ -42,6 +44,23 @@ def draft_config_of(hf_config) -> DFlashConfig:
     return DFlashConfig.from_dict(hf_config.to_dict())
 
 
+# SGLang's CPU TP pads unaligned sizes in the config before the model is built and keeps each
+# size as the checkpoint has it under `original_<name>` (`adjust_config_with_unaligned_cpu_tp`).
+PADDED_SIZES = {
+    "intermediate_size": "original_intermediate_size",
+    "num_attention_heads": "original_num_attention_heads",
+    "num_key_value_heads": "original_total_num_kv_heads",
+}
+
+
+def checkpoint_config_of(hf_config, config: DFlashConfig) -> DFlashConfig:
+    """`config` with the sizes the checkpoint was written with: the model is built padded and its
+    parallel layers' weight loaders pad each tensor as it loads, as they do for the target."""
+    written = {name: getattr(hf_config, original) for name, original in PADDED_SIZES.items()
+               if getattr(hf_config, original, None) is not None}  # fmt: skip
+    return dataclasses.replace(config, **written)
+
+
 def refuse_unsupported_parallelism() -> None:
     """Tensor parallelism and attention DP run; context parallelism does not yet (docs/parallel.md)."""
     parallel = get_parallel()
@@ -50,6 +69,19 @@ def refuse_unsupported_parallelism() -> None:
             f"--attn-cp-size {parallel.attn_cp_size}: dflash_sglang's worker does not run context "
             "parallelism yet (--tp-size alone is supported); use DFLASH_SGLANG_WORKER=builtin"
         )
+
+
+def require_our_drafter(model):
+    """The drafter SGLang built, if it is ours; SGLang builds its own class for an architecture we
+    do not serve (plugin.py), and that is refused naming the architecture."""
+    if isinstance(model, DFlashDraftModel):
+        return model
+    config = getattr(model, "config", None)
+    raw = config.to_dict() if hasattr(config, "to_dict") else {}
+    check_generation({**raw, "architectures": raw.get("architectures") or [type(model).__name__]})
+    raise DFlashConfigError(
+        f"the drafter loaded as {type(model).__name__}: dflash_sglang serves {list(SERVED)}"
+    )
 
 
 class DFlashDraftModel(plain.DFlashDraftModel):
@@ -62,7 +94,7 @@ class DFlashDraftModel(plain.DFlashDraftModel):
         super().__init__(draft_config_of(config))
         self.hf_config = config
         dflash = self.config
-        self.checkpoint_shapes = checkpoint_shapes(dflash)
+        self.checkpoint_shapes = checkpoint_shapes(checkpoint_config_of(config, dflash))
         self.radix = nn.ModuleList(
             RadixAttention(
                 num_heads=layer.self_attn.heads,  # this rank's
@@ -82,6 +114,10 @@ class DFlashDraftModel(plain.DFlashDraftModel):
 
     def set_block_size(self, block_size: int) -> None:
         self.block_size = int(block_size)
+        for layer in self.layers:  # a grouped convolution splits the flat batch into blocks
+            for conv in (layer.attention_conv, layer.mlp_conv):
+                if conv is not None:
+                    conv.block_size = self.block_size
 
     def get_attention_sliding_window_size(self) -> int | None:
         windows = [sglang_window(self.config, i) for i in range(self.config.num_hidden_layers)]
@@ -96,7 +132,9 @@ class DFlashDraftModel(plain.DFlashDraftModel):
             raise ValueError("the DFlash drafter needs input_embeds (the target's embedding of the block)")
 
         def attend(layer: int, q, k, v):
-            out = self.radix[layer](q.flatten(-2), k.flatten(-2), v.flatten(-2), forward_batch)
+            sinks = self.layers[layer].self_attn.attention_sink_bias
+            extra = {} if sinks is None else {"sinks": sinks}
+            out = self.radix[layer](q.flatten(-2), k.flatten(-2), v.flatten(-2), forward_batch, **extra)
             return out.view(q.shape[0], -1)
 
         hidden = self.run_layers(input_embeds, positions, attend)

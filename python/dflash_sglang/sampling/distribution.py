@@ -49,3 +49,21 @@ def vocab_parallel_argmax(hidden: torch.Tensor, lm_head, tp_group=None) -> torch
     maxes = tp_group.all_gather(local_max.unsqueeze(0), dim=0)  # [tp, N]
     ids = tp_group.all_gather(local_id.unsqueeze(0), dim=0)
     return ids.gather(0, maxes.argmax(dim=0, keepdim=True)).squeeze(0)
+
+
+def vocab_parallel_topk(
+    hidden: torch.Tensor, lm_head, k: int, tp_group=None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The k best (logit, id) of [N, D] hidden states over the target's LM head [N, k], as
+    `vocab_parallel_argmax`: ranks exchange only their local top k, then take the global top k."""
+    weight = lm_head.weight
+    shard = getattr(lm_head, "shard_indices", None)
+    start, count = (shard.org_vocab_start_index, shard.num_org_elements) if shard else (0, weight.shape[0])
+    values, ids = (hidden.to(weight.dtype) @ weight[:count].T).float().topk(k, dim=-1)
+    ids = ids + start
+    if tp_group is None or tp_group.world_size == 1:
+        return values, ids
+    values = tp_group.all_gather(values, dim=-1)  # [N, tp * k]
+    ids = tp_group.all_gather(ids, dim=-1)
+    values, best = values.topk(k, dim=-1)
+    return values, ids.gather(-1, best)

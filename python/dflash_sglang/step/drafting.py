@@ -14,9 +14,10 @@ from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, Forw
 from sglang.srt.runtime_context import get_parallel
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
+from ..drafter.selector import walk_candidates
 from ..runtime.block import Block, block_kv_plan
 from ..runtime.spec_info import host_read_bound
-from ..sampling.distribution import vocab_parallel_argmax
+from ..sampling.distribution import vocab_parallel_argmax, vocab_parallel_topk
 from ..tree import verify as tree_verify
 from ..width.verify_width import narrow
 
@@ -44,7 +45,7 @@ class Drafting:
             hidden, draft_loc = self.run_drafter(batch, state, block_ids, positions, cache_loc, kv_plan)
             if self.tree is not None:
                 return self.tree_block(batch, state.bonus_tokens, hidden, host_lens, width)
-            block_ids[:, 1:] = self.argmax_drafts(hidden).view(bs, size - 1)
+            block_ids[:, 1:] = self.chain_drafts(hidden, state.bonus_tokens)
         if draft_loc is None:
             draft_loc = kv_plan.write_ids(self.draft_runner.kv_index_translator).view(bs, size)
         block = Block(block_ids, positions.flatten(), cache_loc, kv_plan, draft_loc)
@@ -94,11 +95,18 @@ class Drafting:
             hidden = self.draft_runner.forward(forward_batch).logits_output.hidden_states
         return hidden.view(bs, size, -1)[:, 1:], draft_loc
 
-    def argmax_drafts(self, hidden: torch.Tensor) -> torch.Tensor:
+    def chain_drafts(self, hidden: torch.Tensor, verified: torch.Tensor) -> torch.Tensor:
+        """The drafts [bs, B-1] of the drafter's features [bs, B-1, H]: their argmax over the
+        target's LM head, or a DFlash2 selector's walk over each position's top-k candidates."""
         lm_head = self.target_model.lm_head  # vocab-parallel over its own group (attention TP under DP)
-        return vocab_parallel_argmax(
-            hidden.flatten(0, 1), lm_head, getattr(lm_head, "tp_group", get_parallel().tp_group)
-        )
+        group = getattr(lm_head, "tp_group", get_parallel().tp_group)
+        selector = self.draft_model.candidate_selector
+        if selector is None:
+            return vocab_parallel_argmax(hidden.flatten(0, 1), lm_head, group).view(hidden.shape[:2])
+        values, ids = vocab_parallel_topk(hidden.flatten(0, 1), lm_head, selector.top_k, group)
+        shape = (*hidden.shape[:2], selector.top_k)
+        config = self.draft_model.config
+        return walk_candidates(selector, config, values.view(shape), ids.view(shape), hidden, verified)
 
     def tree_block(self, batch, verified, hidden, host_lens, width: int) -> Block:
         tree = tree_verify.build_trees(self.tree, verified, self.draft_vocab.logprobs(hidden), width)

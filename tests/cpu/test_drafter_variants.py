@@ -1,0 +1,61 @@
+"""Our drafter variants (engine-free, eager) against SGLang's own definitions in
+`sglang.srt.models.dflash`, with the same weights loaded under the checkpoint's names:
+- the grouped convolution (drafter/conv.py) against `DFlashGroupedConv`: both sides of the
+  kernel, flat batches of whole blocks (the server's layout) and [b, B, D] blocks (the reference's);
+- DFlash2's selector (drafter/selector.py) against `CandidateSelector`: the K x K lattice and the
+  greedy walk over it.
+SGLang's versions are torch.compiled; they run eager here (force_eager), the math unchanged, so
+no C++ compiler is needed."""
+
+import pytest
+import torch
+from sglang.srt.models.dflash import CandidateSelector as SGLangSelector
+from sglang.srt.models.dflash import DFlashGroupedConv
+
+from dflash_sglang.drafter.conv import GroupedBlockConv
+from dflash_sglang.drafter.selector import CandidateSelector
+
+
+def randomize(module: torch.nn.Module, generator: torch.Generator) -> None:
+    with torch.no_grad():
+        for param in module.parameters():
+            param.copy_(torch.randn(param.shape, generator=generator))
+
+
+@pytest.mark.parametrize("block,taps,group", [(8, 3, 16), (4, 4, 8), (5, 2, 64)])
+def test_our_convolution_is_sglangs(block, taps, group):
+    generator = torch.Generator().manual_seed(block * taps)
+    ours, theirs = GroupedBlockConv(64, taps, group, block), DFlashGroupedConv(64, block, taps, group)
+    randomize(ours, generator)
+    theirs.load_state_dict(ours.state_dict())  # the checkpoint's names and shapes are SGLang's
+    flat = torch.randn(3 * block, 64, generator=generator)
+    with torch.no_grad(), torch.compiler.set_stance("force_eager"):
+        (x_ours, k_ours), (x_theirs, k_theirs) = ours.prepare(flat), theirs.prepare(flat)
+        assert torch.allclose(x_ours, x_theirs, atol=1e-5) and torch.equal(k_ours, k_theirs)
+        assert torch.allclose(ours.finish(flat, k_ours), theirs.finish(flat, k_theirs), atol=1e-5)
+        blocks, deltas = ours.prepare(flat.view(3, block, 64))  # the reference's layout
+        assert torch.allclose(blocks.view(-1, 64), x_theirs, atol=1e-5)
+        assert torch.allclose(ours.finish(flat.view(3, block, 64), deltas).view(-1, 64),
+                              theirs.finish(flat, k_theirs), atol=1e-5)  # fmt: skip
+
+
+@pytest.mark.parametrize("batch,slots,top_k", [(3, 7, 4), (1, 15, 8), (5, 1, 2)])
+def test_our_selector_is_sglangs(batch, slots, top_k):
+    generator = torch.Generator().manual_seed(batch * slots)
+    ours = CandidateSelector(64, 384, 8, top_k)
+    theirs = SGLangSelector(hidden_size=64, vocab_size=384, state_rank=8, top_k=top_k)
+    randomize(ours, generator)
+    theirs.load_state_dict(ours.state_dict())
+    ids = torch.randint(0, 384, (batch, slots, top_k), generator=generator)
+    unary = torch.randn(batch, slots, top_k, generator=generator)
+    hidden = torch.randn(batch, slots, 64, generator=generator)
+    anchor = torch.randint(0, 384, (batch,), generator=generator)
+    with torch.no_grad(), torch.compiler.set_stance("force_eager"):
+        scores = theirs.build_lattice(
+            candidate_ids=ids, unary_logits=unary, hidden_states=hidden, anchor_token_ids=anchor
+        )
+        assert torch.allclose(ours.lattice(ids, unary, hidden, anchor), scores, atol=1e-5)
+        greedy = torch.ones(batch, dtype=torch.bool)
+        tokens, _ = theirs.sample_path(candidate_ids=ids, scores=scores, uniforms=torch.rand(batch, slots),
+                                       temperatures=torch.ones(batch), greedy_mask=greedy)  # fmt: skip
+    assert torch.equal(ours.greedy_walk(ids, scores), tokens)
