@@ -71,7 +71,9 @@ def oracle(monkeypatch, target, prompt, wrong_at):
         tokens = torch.tensor(future[start - prompt_len + 1 : start - prompt_len + block_ids.shape[1]])
         if wrong_at is not None:
             tokens[wrong_at - 1] = (tokens[wrong_at - 1] + 1) % vocab
-        return torch.nn.functional.one_hot(tokens, vocab).float().unsqueeze(0) * 10
+        return torch.nn.functional.one_hot(tokens, vocab).float().unsqueeze(
+            0
+        ) * 10, None  # logits, no own drafts
 
     monkeypatch.setattr(reference, "propose", propose)
     return future

@@ -116,9 +116,11 @@ class DFlashWorker(Drafting, BaseSpecWorker):
         tree_nodes = self.tree.width if self.tree else None
         self.widths = VerifyWidth(self.block_size, self.device, get_parallel().tp_group, tree_nodes)
         if self.tree is not None:  # refuses what trees do not serve yet; the drafter's log q
-            selector = self.draft_model.candidate_selector is not None  # DFlash2 drafts one path
-            self.draft_vocab = tree_verify.prepare(
-                self.tree, self.block_size, server_args, self.model_runner, selector
+            one_path = (
+                self.draft_model.candidate_selector is not None or self.draft_model.prefix_gru is not None
+            )
+            self.draft_vocab = tree_verify.prepare(  # DFlash2 and Domino draft one path
+                self.tree, self.block_size, server_args, self.model_runner, one_path
             )
         self.simulated = SimulatedAcceptance.for_worker(self.tree, self.block_size, self.device)
         if self.simulated is not None:

@@ -3,7 +3,10 @@
 - the grouped convolution (drafter/conv.py) against `DFlashGroupedConv`: both sides of the
   kernel, flat batches of whole blocks (the server's layout) and [b, B, D] blocks (the reference's);
 - DFlash2's selector (drafter/selector.py) against `CandidateSelector`: the K x K lattice and the
-  greedy walk over it.
+  greedy walk over it;
+- Domino's rollout (drafter/domino.py) against `domino_greedy_rollout`, with and without the
+  shifted labels and the candidate pool (SGLang refuses Domino off CUDA at startup; its rollout
+  itself is plain torch and runs here).
 SGLang's versions are torch.compiled; they run eager here (force_eager), the math unchanged, so
 no C++ compiler is needed."""
 
@@ -11,8 +14,10 @@ import pytest
 import torch
 from sglang.srt.models.dflash import CandidateSelector as SGLangSelector
 from sglang.srt.models.dflash import DFlashGroupedConv
+from sglang.srt.speculative.domino_utils import domino_greedy_rollout
 
 from dflash_sglang.drafter.conv import GroupedBlockConv
+from dflash_sglang.drafter.domino import domino_drafts, proposal_features
 from dflash_sglang.drafter.selector import CandidateSelector
 
 
@@ -59,3 +64,28 @@ def test_our_selector_is_sglangs(batch, slots, top_k):
         tokens, _ = theirs.sample_path(candidate_ids=ids, scores=scores, uniforms=torch.rand(batch, slots),
                                        temperatures=torch.ones(batch), greedy_mask=greedy)  # fmt: skip
     assert torch.equal(ours.greedy_walk(ids, scores), tokens)
+
+
+@pytest.mark.parametrize("pool", [0, 50, 2048], ids=["whole-vocabulary", "pool-50", "pool-default"])
+@pytest.mark.parametrize("shift_label", [True, False])
+def test_our_domino_rollout_is_sglangs(pool, shift_label):
+    generator = torch.Generator().manual_seed(pool + shift_label)
+    gru = torch.nn.GRU(64, 16, num_layers=1, bias=False, batch_first=True)
+    proj = torch.nn.Sequential(
+        torch.nn.Linear(80, 32, bias=False), torch.nn.SiLU(), torch.nn.Linear(32, 384, bias=False)
+    )
+    embedding = torch.nn.Embedding(384, 64)
+    for module in (gru, proj, embedding):
+        randomize(module, generator)
+    hidden = torch.randn(3, 8, 64, generator=generator)
+    verified = torch.randint(0, 384, (3,), generator=generator)
+    head = torch.randn(384, 64, generator=generator)
+    theirs = domino_greedy_rollout(
+        draft_hidden=hidden, bonus_tokens=verified, target_embedding=embedding, lm_head_weight=head,
+        prefix_gru=gru, embed_proj=proj, vocab_size=384, shift_label=shift_label, candidate_pool_size=pool,
+        in_cuda_graph=False,
+    )  # fmt: skip
+    z = proposal_features(hidden, shift_label)
+    with torch.no_grad():
+        ours = domino_drafts(gru, proj, z, z @ head.T, verified, embedding, pool)
+    assert torch.equal(ours, theirs)

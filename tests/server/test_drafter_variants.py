@@ -4,8 +4,10 @@ dflash_sglang.testing.tiny_variants):
 - under the plain worker, one drafter with MiMo's attention sinks and value scale and grouped
   convolutions, side by side with SGLang's built-in worker on the same drafter;
 - under the overlap worker (host-sync check on), a DFlash2 drafter (candidate selector) with the
-  same sinks and convolutions. The built-in cannot run DFlash2 on CPU (its candidate top-k goes
-  to flashinfer), so there the engine-free reference alone decides.
+  same sinks and convolutions;
+- under the plain worker, a Domino drafter (GRU-corrected rollout, shift_label) with them too.
+The built-in cannot run DFlash2 (its candidate top-k goes to flashinfer) nor Domino (CUDA only)
+on CPU, so there the engine-free reference alone decides.
 Each server against the session's no-spec server of the same target (the variants change only
 the drafter): greedy one at a time, 8 concurrent and on a radix hit. The drafts are the
 variant's, not the plain backbone's: per-request verify counts equal the engine-free
@@ -38,11 +40,14 @@ SERVERS = {  # our server -> (its drafter's variants, its worker's environment, 
     "plain": (("sinks", "conv"), PLAIN, "drafter with sinks and convolutions, plain worker"),
     "overlap": (("dflash2", "sinks", "conv"), OVERLAP_CHECKED,
                 "DFlash2 drafter with sinks and convolutions, overlap worker"),
+    "domino": (("domino", "sinks", "conv"), PLAIN,
+               "Domino drafter with sinks and convolutions, plain worker"),
 }  # fmt: skip
 DROPPED = {  # each variant's config fields at their plain values
     "sinks": {"attention_sink_bias": False, "attention_value_scale": None},
     "conv": {"conv_kernel_size": 0, "conv_group_size": 0},
     "dflash2": {"selector_rank": 0, "selector_top_k": 0},
+    "domino": {"domino_gru_dim": 0, "domino_emb_dim": 0, "domino_shift_label": False},
 }
 
 

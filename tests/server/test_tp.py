@@ -1,13 +1,15 @@
 """Our worker at --tp-size 2 on CPU (gloo, one core per rank), in real SGLang servers on 127.0.0.1:
 the drafter sharded like the target, the TP-safe draft argmax, and every rank committing rank 0's
 tokens. Greedy outputs equal a no-spec --tp-size 2 server and the engine-free (TP=1) reference
-token for token (a drafter whose MLP width SGLang pads for TP on CPU),
-5 prompts one at a time, 8 concurrent and on a radix-cache hit, under the overlap
+token for token, 5 prompts one at a time, 8 concurrent and on a radix-cache hit, under the overlap
 worker (also with the reference's verify-step counts: the sharded drafter drafts what the
 unsharded one does) and under the plain worker with a draft window of 8, which the outputs
-outgrow. Under both workers, sampled requests at law_matrix.SETTINGS (temperatures, filters, a
-penalty) follow the target's own law, controls fail. A hybrid target
-(Gated DeltaNet heads sharded too), and its mixture-of-experts sibling (experts and the gated
+outgrow. The drafters are variants SGLang's built-in loads (testing/tiny_variants.py), with an
+MLP width SGLang pads for TP on CPU: the overlap worker's is DFlash2 (the vocab-parallel top-k,
+the replicated selector) with sinks (sharded by head) and convolutions, the plain worker's has the
+sinks and convolutions under the argmax chain. Under both workers, sampled requests at
+law_matrix.SETTINGS (temperatures, filters, a penalty) follow the target's own law, controls fail.
+A hybrid target (Gated DeltaNet heads sharded too), and its mixture-of-experts sibling (experts and the gated
 shared expert sharded), equal transformers' greedy decoding under the overlap worker.
 
 Servers: the two hybrid ones, then one no-spec and one per worker (at most two up at once); about
@@ -21,11 +23,12 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from dflash_sglang.testing.server import SGLangServer
+from dflash_sglang.testing.tiny_variants import write_variant_pair
 
 from . import hybrid
 from .conftest import dflash_args
 from .law_matrix import assert_every_setting_follows_the_law
-from .pairs import load, make_pair, reference
+from .pairs import HOT_SHAPE, load, reference
 
 BLOCK = 4
 MAX_NEW = 24
@@ -62,29 +65,39 @@ def test_hybrid_target_equals_transformers_concurrently_and_on_a_radix_hit(tmp_p
     assert again["output_ids"] == want[-1]
 
 
-# The drafter's MLP is 96 wide: not a multiple of SGLang's CPU TP alignment (tp x 32), so SGLang
+# The drafters' MLP is 96 wide: not a multiple of SGLang's CPU TP alignment (tp x 32), so SGLang
 # pads it to 128 as it pads an unaligned target, and the drafter's weights load padded.
 UNALIGNED_DRAFT_MLP = 96
+VARIANTS = {"overlap": ("dflash2", "sinks", "conv"), "plain-window": ("sinks", "conv")}
 
 
 @pytest.fixture(scope="module")
-def pair(tmp_path_factory):
-    return make_pair(tmp_path_factory.mktemp("tp"), 8, intermediate_size=UNALIGNED_DRAFT_MLP)
+def pairs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tp")
+    mlp = UNALIGNED_DRAFT_MLP
+    return {kind: write_variant_pair(root / kind, variants, 0, 8, HOT_SHAPE, intermediate_size=mlp)
+            for kind, variants in VARIANTS.items()}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
-def nospec(pair):
+def nospec(pairs):
     args = [*TP2, "--disable-overlap-schedule"]
-    with SGLangServer(pair.target, args, env=ONE_CORE_PER_RANK) as server:
-        yield server
+    with SGLangServer(pairs["overlap"].target, args, env=ONE_CORE_PER_RANK) as server:
+        yield server  # the target every pair shares
 
 
 @pytest.fixture(scope="module", params=sorted(WORKERS))
-def dflash(request, pair, nospec):
+def dflash(request, pairs, nospec):
     env, extra = WORKERS[request.param]
+    pair = pairs[request.param]
     with SGLangServer(pair.target, [*TP2, *dflash_args(pair, BLOCK), *extra], env=env) as server:
-        server.kind = request.param
+        server.kind, server.pair = request.param, pair
         yield server
+
+
+@pytest.fixture(scope="module")
+def pair(pairs):
+    return pairs["overlap"]  # for the tokenizer (one target)
 
 
 @pytest.fixture(scope="module")
@@ -107,11 +120,11 @@ def test_both_ranks_serve_our_worker(dflash):
         assert f"{rank}] dflash_sglang: DFLASH served by dflash_sglang.{worker}" in log
 
 
-def test_greedy_equals_nospec_tp2_and_the_reference_one_at_a_time(pair, dflash, prompt_ids, expected):
+def test_greedy_equals_nospec_tp2_and_the_reference_one_at_a_time(dflash, prompt_ids, expected):
     accepted_more_than_one = 0
     for ids, want in zip(prompt_ids[:5], expected[:5], strict=True):
         out = dflash.generate(ids, MAX_NEW)
-        ref = reference(pair, ids, MAX_NEW, BLOCK)
+        ref = reference(dflash.pair, ids, MAX_NEW, BLOCK)
         assert out["output_ids"] == want == ref.tokens
         if dflash.kind == "overlap":  # the reference has no window
             assert out["meta_info"]["spec_verify_ct"] == len(ref.accept_lengths)  # the same drafts
@@ -129,12 +142,12 @@ def test_eight_concurrent_requests_and_radix_hits(dflash, prompt_ids, expected):
     assert again["output_ids"] == expected[-1]
 
 
-def test_the_sampled_law_with_real_filters_and_greedy_stays_exact(pair, dflash, prompt_ids, expected):
+def test_the_sampled_law_with_real_filters_and_greedy_stays_exact(dflash, prompt_ids, expected):
     """law_matrix.SETTINGS in one mixed batch, each against the target's law and its control. A
     rank that committed other tokens than rank 0 would desynchronise the next collectives: the
     greedy requests after it still equal the no-spec server, and the server answers (no hang)."""
     path = {"overlap": "TP=2, overlap worker", "plain-window": "TP=2, plain worker, draft window"}
-    _, target, _ = load(pair.target, pair.draft)
+    _, target, _ = load(dflash.pair.target, dflash.pair.draft)
     assert_every_setting_follows_the_law(path[dflash.kind], dflash, target, prompt_ids)
     for ids, want in zip(prompt_ids[:3], expected[:3], strict=True):
         assert dflash.generate(ids, MAX_NEW)["output_ids"] == want

@@ -4,7 +4,8 @@ Engine-free (plain PyTorch and transformers, no SGLang; the oracle every engine 
 against):
     config.py        the published config.json -> DFlashConfig, validated, naming the field
     generations.py   which architectures and variants SGLang's built-in loads are served here
-    conv.py          the grouped-convolution variant; selector.py: DFlash2's candidate selector
+    conv.py          the grouped-convolution variant; selector.py: DFlash2's candidate selector;
+    domino.py        Domino's GRU-corrected rollout
     model.py         DFlashDraftModel: the drafter in plain PyTorch (`from_pretrained`,
                      `spec_generate` as on the model cards)
     reference.py     dflash_generate / spec_generate: z-lab's decoding loop, chain or tree

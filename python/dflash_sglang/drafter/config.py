@@ -75,6 +75,11 @@ class DFlashConfig:
     selector_rank: int = 0
     output_multiplier: float = 1.0
     final_logit_softcapping: float | None = None
+    # Domino (drafter/domino.py, `projector_type: "domino"`): the GRU's and the correction's widths,
+    # 0 = plain; shift_label: the drafts come from block positions 0..B-2 instead of 1..B-1.
+    domino_gru_dim: int = 0
+    domino_emb_dim: int = 0
+    domino_shift_label: bool = False
 
     # ---- reading -------------------------------------------------------------------------------
 
@@ -153,6 +158,7 @@ class DFlashConfig:
             ),
             conv_group_size=_int_field("dflash_config.conv_group_size", dflash.get("conv_group_size") or 0),
             **selector_fields(raw, dflash),
+            **domino_fields(raw, dflash),
         )
         config.check()
         return config
@@ -259,6 +265,10 @@ class DFlashConfig:
                           output_multiplier=self.output_multiplier)  # fmt: skip
             if self.final_logit_softcapping is not None:
                 dflash["final_logit_softcapping"] = self.final_logit_softcapping
+        if self.domino_gru_dim:
+            dflash.update(projector_type="domino", shift_label=self.domino_shift_label,
+                          pure_draft_prefix_len=1, gru_hidden_dim=self.domino_gru_dim,
+                          emb_dim=self.domino_emb_dim)  # fmt: skip
         out: dict[str, Any] = {
             "architectures": [SELECTOR_ARCHITECTURE if self.selector_rank else ARCHITECTURE],
             "model_type": "qwen3",
@@ -323,6 +333,37 @@ def selector_fields(raw: dict[str, Any], dflash: dict[str, Any]) -> dict[str, An
         selector_top_k=_int_field("dflash_config.selector_top_k", top_k),
         output_multiplier=float(multiplier),
         final_logit_softcapping=float(softcap) if softcap else None,
+    )
+
+
+def domino_fields(raw: dict[str, Any], dflash: dict[str, Any]) -> dict[str, Any]:
+    """Domino's fields (`projector_type: "domino"`, dflash_config first, then the top level)."""
+    kind = dflash.get("projector_type", raw.get("projector_type"))
+    if not kind:
+        return {}
+    if kind != "domino":
+        raise DFlashConfigError(
+            f"projector_type = {kind!r}: the only projector SGLang and dflash_sglang know is 'domino'"
+        )
+
+    def field(name: str) -> Any:
+        return dflash.get(name, raw.get(name))
+
+    if not isinstance(field("shift_label"), bool):
+        raise DFlashConfigError(
+            f"dflash_config.shift_label = {field('shift_label')!r}: a Domino drafter needs true or false"
+        )
+    if field("pure_draft_prefix_len") != 1:
+        raise DFlashConfigError(
+            f"dflash_config.pure_draft_prefix_len = {field('pure_draft_prefix_len')!r}: Domino drafts "
+            "its first token without the GRU, so it must be 1"
+        )
+    if raw.get("vocab_size") is None:
+        raise DFlashConfigError("vocab_size is missing: a Domino drafter's correction has a row a token")
+    return dict(
+        domino_gru_dim=_int_field("dflash_config.gru_hidden_dim", field("gru_hidden_dim")),
+        domino_emb_dim=_int_field("dflash_config.emb_dim", field("emb_dim")),
+        domino_shift_label=field("shift_label"),
     )
 
 

@@ -27,11 +27,6 @@ NOT_SERVED_YET = {
     "DFlashLagunaForCausalLM": "DFlash for Laguna (gated attention, per-feature norms)",
     "LiLiCorrDraftModel": "LiLiCorr (learned candidate-correlation head)",
 }
-# dflash_config field -> the variant it switches on; SGLang reads these from dflash_config
-# (projector_type also from the top level), and a false-y value means the plain model.
-VARIANT_FIELDS = {
-    "projector_type": "the Domino projector",
-}
 BUILTIN = "SGLang's built-in worker serves it (DFLASH_SGLANG_WORKER=builtin)"
 
 
@@ -51,14 +46,6 @@ def check_generation(raw: dict[str, Any]) -> None:
             if known:
                 what = f"a {NOT_SERVED_YET[known[0]]} drafter, not served by dflash_sglang yet; {BUILTIN}"
             raise DFlashConfigError(f"architectures = {archs!r}: {what}. dflash_sglang serves {list(SERVED)}")
-    dflash = raw.get("dflash_config") or {}
-    for field, variant in VARIANT_FIELDS.items():
-        value = dflash.get(field, raw.get(field) if field == "projector_type" else None)
-        if value:
-            raise DFlashConfigError(
-                f"dflash_config.{field} = {value!r}: a drafter with {variant}, which dflash_sglang "
-                f"does not serve yet; {BUILTIN}"
-            )
     if raw.get("attention_sink_bias"):  # Nemotron-3.5's sinks sit at the top level (MiMo's in dflash_config)
         raise DFlashConfigError(
             "attention_sink_bias = true at the top level: a Nemotron-3.5 drafter (its own embedding, "

@@ -31,6 +31,7 @@ from transformers.models.qwen3.modeling_qwen3 import (
 from .config import DFlashConfig
 from .context import DraftContextCache
 from .conv import GroupedBlockConv, wrapped
+from .domino import add_domino
 from .reference import spec_generate
 from .selector import CandidateSelector
 
@@ -180,6 +181,7 @@ class DFlashDraftModel(nn.Module):
         self.hidden_norm = Qwen3RMSNorm(d, eps=config.rms_norm_eps)
         self.norm = Qwen3RMSNorm(d, eps=config.rms_norm_eps)
         self.rotary_emb = Qwen3RotaryEmbedding(to_qwen3_config(config))
+        add_domino(self, config)  # Domino's GRU and correction (drafter/domino.py); replicated at TP > 1
         self.candidate_selector = None  # DFlash2's (drafter/selector.py); replicated at TP > 1
         if config.selector_rank:
             self.candidate_selector = CandidateSelector(d, config.vocab_size, config.selector_rank,

@@ -23,6 +23,7 @@ from transformers.cache_utils import DynamicCache, DynamicLayer
 from ..sampling.accept import greedy_accept, rejection_accept, sampling_probs
 from ..tree.build import Tree, accept_sampled, build_tree, walk_greedy
 from .context import DraftContextCache, target_features
+from .domino import domino_drafts, proposal_features
 from .selector import select_drafts
 
 
@@ -38,13 +39,20 @@ class DFlashOutput:
 
 def propose(target, draft, block_ids, block_positions, features, feature_positions, cache):
     """Draft logits for block positions 1..B-1: drafter over target embeddings, target lm_head;
-    and a DFlash2 drafter's own drafts, its selector's walk over the candidates (else None)."""
-    embeds = target.get_input_embeddings()(block_ids)
-    hidden = draft(embeds, block_positions, features, feature_positions, cache)[:, 1:]
-    logits = target.get_output_embeddings()(hidden)
-    if getattr(draft, "candidate_selector", None) is None:
-        return logits, None
-    return logits, select_drafts(draft.candidate_selector, draft.config, logits, hidden, block_ids[:, 0])
+    and the drafts of a drafter that picks its own (else None): DFlash2's selector walk over the
+    candidates, or Domino's corrected rollout."""
+    embed, lm_head = target.get_input_embeddings(), target.get_output_embeddings()
+    block_hidden = draft(embed(block_ids), block_positions, features, feature_positions, cache)
+    hidden = block_hidden[:, 1:]
+    logits = lm_head(hidden)
+    if getattr(draft, "candidate_selector", None) is not None:
+        return logits, select_drafts(draft.candidate_selector, draft.config, logits, hidden, block_ids[:, 0])
+    if getattr(draft, "prefix_gru", None) is not None:
+        z = proposal_features(block_hidden, draft.config.domino_shift_label)
+        return logits, domino_drafts(
+            draft.prefix_gru, draft.embed_proj, z, lm_head(z), block_ids[:, 0], embed
+        )
+    return logits, None
 
 
 def pick(logits: torch.Tensor, temperature: float, generator=None) -> torch.Tensor:
@@ -99,7 +107,7 @@ def dflash_generate(
             step = verify_chain(
                 target, block_ids, positions, draft_logits, target_cache, temperature, generator, drafts
             )
-        else:  # a DFlash2 drafter's selector drafts one path (tree/switches.py refuses trees)
+        else:  # DFlash2 and Domino drafters pick one path (tree/verify.py refuses trees with them)
             logprobs = torch.log_softmax(draft_logits[0].float(), dim=-1)
             tree = build_tree(result.tokens[-1], logprobs, tree_budget, tree_topk)
             step = verify_tree(target, tree, start, target_cache, temperature, generator)

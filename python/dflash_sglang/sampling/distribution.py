@@ -67,3 +67,17 @@ def vocab_parallel_topk(
     ids = tp_group.all_gather(ids, dim=-1)
     values, best = values.topk(k, dim=-1)
     return values, ids.gather(-1, best)
+
+
+def vocab_parallel_logits(hidden: torch.Tensor, lm_head, tp_group=None) -> torch.Tensor:
+    """[N, D] hidden states -> their logits over the whole vocabulary [N, V] (padded rows
+    dropped), gathered from the TP ranks' shards; for drafters that read every logit (Domino)."""
+    weight = lm_head.weight
+    shard = getattr(lm_head, "shard_indices", None)
+    if tp_group is None or tp_group.world_size == 1 or shard is None:
+        count = shard.num_org_elements if shard else weight.shape[0]
+        return (hidden.to(weight.dtype) @ weight[:count].T).float()
+    # Every rank's shard is num_org_elements_padded rows long, in rank order; the last pads.
+    local = (hidden.to(weight.dtype) @ weight[: shard.num_org_elements_padded].T).float()
+    vocab = lm_head.org_vocab_size
+    return tp_group.all_gather(local, dim=-1)[:, :vocab]

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import torch
 from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardBatch, ForwardMode
-from sglang.srt.runtime_context import get_parallel
+from sglang.srt.runtime_context import get_parallel, get_spec
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
+from ..drafter.domino import domino_drafts, proposal_features
 from ..drafter.selector import walk_candidates
 from ..runtime.block import Block, block_kv_plan
 from ..runtime.spec_info import host_read_bound
-from ..sampling.distribution import vocab_parallel_argmax, vocab_parallel_topk
+from ..sampling.distribution import vocab_parallel_argmax, vocab_parallel_logits, vocab_parallel_topk
 from ..tree import verify as tree_verify
 from ..width.verify_width import narrow
 
@@ -44,7 +45,7 @@ class Drafting:
         if size > 1:
             hidden, draft_loc = self.run_drafter(batch, state, block_ids, positions, cache_loc, kv_plan)
             if self.tree is not None:
-                return self.tree_block(batch, state.bonus_tokens, hidden, host_lens, width)
+                return self.tree_block(batch, state.bonus_tokens, hidden[:, 1:], host_lens, width)
             block_ids[:, 1:] = self.chain_drafts(hidden, state.bonus_tokens)
         if draft_loc is None:
             draft_loc = kv_plan.write_ids(self.draft_runner.kv_index_translator).view(bs, size)
@@ -53,8 +54,8 @@ class Drafting:
 
     def run_drafter(self, batch, state, block_ids, positions, cache_loc, kv_plan):
         """One drafter forward over [verified token, mask x (B-1)], non-causal over the injected
-        context: the B-1 mask positions' features [bs, B-1, H], and the block's slots in the
-        drafter's ring when there is one."""
+        context: the block's features [bs, B, H], and its slots in the drafter's ring when there
+        is one."""
         bs, size = block_ids.shape
         bound_cpu = host_read_bound(batch, state, size)
         seq_lens = batch.seq_lens
@@ -93,14 +94,21 @@ class Drafting:
         draft_plan.bind(forward_batch, self.draft_runner.kv_index_translator)
         with torch.inference_mode():
             hidden = self.draft_runner.forward(forward_batch).logits_output.hidden_states
-        return hidden.view(bs, size, -1)[:, 1:], draft_loc
+        return hidden.view(bs, size, -1), draft_loc
 
-    def chain_drafts(self, hidden: torch.Tensor, verified: torch.Tensor) -> torch.Tensor:
-        """The drafts [bs, B-1] of the drafter's features [bs, B-1, H]: their argmax over the
-        target's LM head, or a DFlash2 selector's walk over each position's top-k candidates."""
+    def chain_drafts(self, block_hidden: torch.Tensor, verified: torch.Tensor) -> torch.Tensor:
+        """The drafts [bs, B-1] of the drafter's block features [bs, B, H]: the mask positions'
+        argmax over the target's LM head, a DFlash2 selector's walk over each position's top-k
+        candidates, or Domino's corrected rollout (drafter/selector.py, drafter/domino.py)."""
         lm_head = self.target_model.lm_head  # vocab-parallel over its own group (attention TP under DP)
         group = getattr(lm_head, "tp_group", get_parallel().tp_group)
-        selector = self.draft_model.candidate_selector
+        hidden, drafter = block_hidden[:, 1:], self.draft_model
+        if drafter.prefix_gru is not None:
+            z = proposal_features(block_hidden, drafter.config.domino_shift_label)
+            base = vocab_parallel_logits(z.flatten(0, 1), lm_head, group).view(*z.shape[:2], -1)
+            gru, proj = drafter.prefix_gru, drafter.embed_proj
+            return domino_drafts(gru, proj, z, base, verified, self.target_embedding, self.domino_pool)
+        selector = drafter.candidate_selector
         if selector is None:
             return vocab_parallel_argmax(hidden.flatten(0, 1), lm_head, group).view(hidden.shape[:2])
         values, ids = vocab_parallel_topk(hidden.flatten(0, 1), lm_head, selector.top_k, group)
@@ -113,6 +121,11 @@ class Drafting:
         translators = (self.model_runner.kv_index_translator, self.draft_runner.kv_index_translator)
         req_to_token = self.model_runner.req_to_token_pool.req_to_token
         return tree_verify.tree_block(tree, batch, req_to_token, *translators, host_lens)
+
+    @property
+    def domino_pool(self) -> int:
+        """SGLang's --speculative-domino-candidate-pool-size (0: every token a candidate)."""
+        return get_spec().speculative_domino_candidate_pool_size
 
     @property
     def target_model(self):

@@ -12,6 +12,9 @@ downloaded. The target is `tiny_dense`'s (same seed, same bytes); only the draft
   top 4 candidates (`candidate_selector.{predecessor,successor}_codebook` [vocab, 8],
   `.hidden_projection.weight` [8, hidden]), `output_multiplier` 1.5 and `final_logit_softcapping`
   20; the codebooks drawn wide so the transitions, not only the LM head's logits, pick the drafts.
+- `domino`: `dflash_config.projector_type: "domino"` with `shift_label`, a GRU of 16 and a
+  correction of 32 (`prefix_gru.weight_{ih,hh}_l0`, `embed_proj.{0,2}.weight`); the correction's
+  output layer drawn wide so that it moves the drafts.
 Variants combine: `write_variant_pair(out, ("sinks", "conv"))` writes one drafter with both.
 """
 
@@ -33,16 +36,19 @@ VARIANTS = {
         "output_multiplier": 1.5,
         "final_logit_softcapping": 20.0,
     },
+    "domino": {"domino_gru_dim": 16, "domino_emb_dim": 32, "domino_shift_label": True},
 }
 SINK_MEAN, SINK_STD = 1.0, 2.0
 CODEBOOK_STD = 1.5
+CORRECTION_STD = 1.0
 
 
 def write_variant_pair(
     out: str | Path, variants: tuple[str, ...], seed: int = 0, block_size: int = 16,
-    shape: TinyShape | None = None,
+    shape: TinyShape | None = None, **draft_fields,
 ) -> TinyPair:  # fmt: skip
-    fields = {key: value for variant in variants for key, value in VARIANTS[variant].items()}
+    """A tiny pair whose drafter has `variants` (and `draft_fields`, any DFlashConfig field)."""
+    fields = {key: value for variant in variants for key, value in VARIANTS[variant].items()} | draft_fields
     pair = write_tiny_pair(out, seed, block_size, shape or TinyShape(), **fields)
     weights = pair.draft / "model.safetensors"
     state = load_file(str(weights))
@@ -52,5 +58,7 @@ def write_variant_pair(
             state[name] = SINK_MEAN + SINK_STD * torch.randn(tensor.shape, generator=generator)
         if name.endswith("_codebook"):
             state[name] = CODEBOOK_STD * torch.randn(tensor.shape, generator=generator)
+        if name == "embed_proj.2.weight":
+            state[name] = CORRECTION_STD * torch.randn(tensor.shape, generator=generator)
     save_file(state, str(weights), metadata={"format": "pt"})
     return pair

@@ -30,17 +30,17 @@ from .batch import BatchTree, build_batch_trees, follow_batch, path_tokens
 from .switches import TreeSettings
 
 
-def prepare(settings: TreeSettings, block_size: int, server_args, model_runner, selector: bool) -> DraftVocab:
+def prepare(settings: TreeSettings, block_size: int, server_args, model_runner, one_path: bool) -> DraftVocab:
     """At startup: refuse what the tree path does not serve yet; the drafter's vocabulary.
-    `selector`: the drafter is DFlash2, whose selector drafts its own path (docs/tree.md)."""
-    refuse_unsupported_setups(settings, block_size, server_args, model_runner, selector)
+    `one_path`: the drafter picks its own path (DFlash2, Domino: docs/tree.md)."""
+    refuse_unsupported_setups(settings, block_size, server_args, model_runner, one_path)
     lm_head = model_runner.model.lm_head  # vocab-parallel over its own group, as the chain's argmax
     group = getattr(lm_head, "tp_group", get_parallel().tp_group)
     return DraftVocab(lm_head, group, model_runner.model_config.vocab_size)
 
 
 def refuse_unsupported_setups(
-    settings: TreeSettings, block_size: int, server_args, model_runner, selector=False
+    settings: TreeSettings, block_size: int, server_args, model_runner, one_path=False
 ):
     """What the tree path does not serve yet fails at startup, naming the options."""
     option = f"--speculative-eagle-topk {settings.max_children} (DFLASH tree verification)"
@@ -56,7 +56,7 @@ def refuse_unsupported_setups(
         "--speculative-draft-window-size": server_args.speculative_draft_window_size is not None,
         "--disaggregation-mode": server_args.disaggregation_mode not in (None, "null"),
         "a hybrid (recurrent-state) target": mambaish_config(model_runner.model_config) is not None,
-        "a DFlash2 drafter (its candidate selector drafts one path)": selector,
+        "a DFlash2 or Domino drafter (it drafts one path of its own)": one_path,
     }
     for what, present in refusals.items():
         if present:
