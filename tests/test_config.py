@@ -121,6 +121,25 @@ def test_a_dflash2_config_parses_and_round_trips(tmp_path, architecture):
     assert plain.selector_rank == 0 and plain.output_multiplier == 1.0
 
 
+@pytest.mark.parametrize(
+    "gating,expected",
+    [
+        (None, "per-head"),
+        (True, "per-head"),
+        ("per-element", "per-element"),
+        (False, None),
+        ("disabled", None),
+    ],
+)
+def test_a_laguna_config_parses_and_round_trips(tmp_path, gating, expected):
+    """SGLang gates a Laguna drafter's attention per head unless `gating` says otherwise."""
+    raw = with_changes(architectures=["DFlashLagunaForCausalLM"], gating=gating)
+    config = DFlashConfig.from_dict(raw)
+    assert config.laguna and config.laguna_gating == expected
+    config.save_pretrained(tmp_path)
+    assert DFlashConfig.from_pretrained(tmp_path) == config
+
+
 def test_block_size_inside_dflash_config_wins():
     raw = with_changes(dflash_config={"mask_token_id": 7, "target_layer_ids": [1], "block_size": 8})
     assert DFlashConfig.from_dict(raw).block_size == 8
@@ -154,6 +173,7 @@ def test_rope_parameters_of_transformers_5():
             ["dflash_config.output_multiplier", "0"],
         ),
         ({"architectures": ["LiLiCorrDraftModel"]}, ["LiLiCorr", "DFLASH_SGLANG_WORKER=builtin"]),
+        ({"architectures": ["DFlashLagunaForCausalLM"], "gating": "per-token"}, ["gating", "per-token"]),
         (variant(conv_kernel_size=4), ["dflash_config.conv_kernel_size", "both or neither"]),
         (variant(conv_kernel_size=4, conv_group_size=48), ["dflash_config.conv_group_size", "4096"]),
         (variant(attention_sink_bias="yes"), ["dflash_config.attention_sink_bias", "true or false"]),

@@ -20,8 +20,8 @@ LAYERS = [
 # The engine-free definition: plain PyTorch and transformers, no SGLang.
 ENGINE_FREE = [
     "errors", "drafter.config", "drafter.model", "drafter.reference", "sampling.accept",
-    "drafter.context", "drafter.conv", "drafter.domino", "drafter.generations", "drafter.selector",
-    "sampling.distribution", "sampling.target_law", "tree.build", "width.policy",
+    "drafter.context", "drafter.conv", "drafter.domino", "drafter.generations", "drafter.laguna",
+    "drafter.selector", "sampling.distribution", "sampling.target_law", "tree.build", "width.policy",
 ]  # fmt: skip
 
 

@@ -4,20 +4,28 @@
   kernel, flat batches of whole blocks (the server's layout) and [b, B, D] blocks (the reference's);
 - DFlash2's selector (drafter/selector.py) against `CandidateSelector`: the K x K lattice and the
   greedy walk over it;
+- Laguna's attention gate and per-feature norms (drafter/laguna.py) against
+  `DFlashLagunaAttention.apply_attention_output` and `DFlashLagunaForCausalLM.project_target_hidden`
+  (called on stand-in objects holding the same modules: SGLang's classes need a TP runtime to
+  build; the servers compare the whole drafter with the built-in's, tests/server/test_drafter_variants.py);
 - Domino's rollout (drafter/domino.py) against `domino_greedy_rollout`, with and without the
   shifted labels and the candidate pool (SGLang refuses Domino off CUDA at startup; its rollout
   itself is plain torch and runs here).
 SGLang's versions are torch.compiled; they run eager here (force_eager), the math unchanged, so
 no C++ compiler is needed."""
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 from sglang.srt.models.dflash import CandidateSelector as SGLangSelector
-from sglang.srt.models.dflash import DFlashGroupedConv
+from sglang.srt.models.dflash import DFlashGroupedConv, DFlashLagunaAttention, DFlashLagunaForCausalLM
 from sglang.srt.speculative.domino_utils import domino_greedy_rollout
+from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm
 
 from dflash_sglang.drafter.conv import GroupedBlockConv
 from dflash_sglang.drafter.domino import domino_drafts, proposal_features
+from dflash_sglang.drafter.laguna import gated, normed_features
 from dflash_sglang.drafter.selector import CandidateSelector
 
 
@@ -89,3 +97,29 @@ def test_our_domino_rollout_is_sglangs(pool, shift_label):
     with torch.no_grad():
         ours = domino_drafts(gru, proj, z, z @ head.T, verified, embedding, pool)
     assert torch.equal(ours, theirs)
+
+
+@pytest.mark.parametrize("per_head", [True, False], ids=["per-head", "per-element"])
+def test_our_laguna_gate_and_feature_norms_are_sglangs(per_head):
+    generator = torch.Generator().manual_seed(int(per_head))
+    heads, head_dim, hidden, features = 4, 16, 64, 3
+    gate = torch.nn.Linear(hidden, heads if per_head else heads * head_dim, bias=False)
+    norms = torch.nn.ModuleList(Qwen3RMSNorm(hidden) for _ in range(features))
+    fc, hidden_norm = torch.nn.Linear(features * hidden, hidden, bias=False), Qwen3RMSNorm(hidden)
+    for module in (gate, norms, fc, hidden_norm):
+        randomize(module, generator)
+    attention = SimpleNamespace(g_proj=lambda x: (gate(x), None), gate_per_head=per_head, num_heads=heads,
+                                head_dim=head_dim)  # fmt: skip
+    out, block = (
+        torch.randn(5, heads * head_dim, generator=generator),
+        torch.randn(5, hidden, generator=generator),
+    )
+    with torch.no_grad():
+        theirs = DFlashLagunaAttention.apply_attention_output(attention, out, block)
+        assert torch.allclose(gated(gate(block), out, per_head, heads), theirs)
+        config = SimpleNamespace(hidden_size=hidden)
+        model = SimpleNamespace(fc=fc, hidden_norm=hidden_norm, aux_hidden_norms=norms, config=config,
+                                is_nemotron_35_draft=False, num_context_features=features)  # fmt: skip
+        target_hidden = torch.randn(7, features * hidden, generator=generator)
+        theirs = DFlashLagunaForCausalLM.project_target_hidden(model, target_hidden)
+        assert torch.allclose(hidden_norm(fc(normed_features(norms, target_hidden))), theirs, atol=1e-6)

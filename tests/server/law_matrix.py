@@ -54,7 +54,7 @@ PATHS = {
     "PD, plain worker": "test_pd.py",
     "LoRA, plain worker": "test_lora.py",
     "fp8 draft KV, paged, plain worker": "test_engine_features.py",
-    "drafter with sinks and convolutions, plain worker": "test_drafter_variants.py",
+    "Laguna drafter with sinks and convolutions, plain worker": "test_drafter_variants.py",
     "DFlash2 drafter with sinks and convolutions, overlap worker": "test_drafter_variants.py",
     "Domino drafter with sinks and convolutions, plain worker": "test_drafter_variants.py",
 }

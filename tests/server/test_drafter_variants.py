@@ -1,8 +1,9 @@
 """Drafter generations and config variants SGLang's built-in DFLASH loads, served by our worker
 (real servers on 127.0.0.1, float32; tiny checkpoints in each on-disk format,
 dflash_sglang.testing.tiny_variants):
-- under the plain worker, one drafter with MiMo's attention sinks and value scale and grouped
-  convolutions, side by side with SGLang's built-in worker on the same drafter;
+- under the plain worker, one Laguna drafter (gated attention, per-feature norms) with MiMo's
+  attention sinks and value scale and grouped convolutions, side by side with SGLang's built-in
+  worker on the same drafter;
 - under the overlap worker (host-sync check on), a DFlash2 drafter (candidate selector) with the
   same sinks and convolutions;
 - under the plain worker, a Domino drafter (GRU-corrected rollout, shift_label) with them too.
@@ -11,7 +12,8 @@ on CPU, so there the engine-free reference alone decides.
 Each server against the session's no-spec server of the same target (the variants change only
 the drafter): greedy one at a time, 8 concurrent and on a radix hit. The drafts are the
 variant's, not the plain backbone's: per-request verify counts equal the engine-free
-reference's (which implements every variant) and, for sinks and convolutions, the built-in's;
+reference's (which implements every variant) and, for Laguna, sinks and convolutions, the
+built-in's;
 the reference with any one variant dropped counts differently. Sampled requests follow the
 target's law (law_matrix.SETTINGS, each with its control).
 """
@@ -37,7 +39,7 @@ BLOCK = 8
 MAX_NEW = 32
 PROMPT_LENGTHS = [1, 3, 7, 9, 16, 31, 50, 70]
 SERVERS = {  # our server -> (its drafter's variants, its worker's environment, the law matrix's path)
-    "plain": (("sinks", "conv"), PLAIN, "drafter with sinks and convolutions, plain worker"),
+    "plain": (("laguna", "sinks", "conv"), PLAIN, "Laguna drafter with sinks and convolutions, plain worker"),
     "overlap": (("dflash2", "sinks", "conv"), OVERLAP_CHECKED,
                 "DFlash2 drafter with sinks and convolutions, overlap worker"),
     "domino": (("domino", "sinks", "conv"), PLAIN,
@@ -48,6 +50,7 @@ DROPPED = {  # each variant's config fields at their plain values
     "conv": {"conv_kernel_size": 0, "conv_group_size": 0},
     "dflash2": {"selector_rank": 0, "selector_top_k": 0},
     "domino": {"domino_gru_dim": 0, "domino_emb_dim": 0, "domino_shift_label": False},
+    "laguna": {"laguna": False, "laguna_gating": None},
 }
 
 

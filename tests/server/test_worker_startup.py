@@ -165,23 +165,23 @@ def test_broken_drafter_files_fail_at_startup_naming_the_file(pair, tmp_path, ma
     assert_startup_fails_naming(pair, args, [*words, str(draft)] if error != "ValueError" else words, error)
 
 
-def laguna_drafter(pair, tmp_path) -> str:
-    """A drafter declaring a generation SGLang serves and we do not yet (Laguna): refused by name
+def lilicorr_drafter(pair, tmp_path) -> str:
+    """A drafter declaring a generation SGLang serves and we do not (LiLiCorr): refused by name
     before SGLang builds it (a DFlash2 drafter, before we served it, crashed the worker)."""
 
-    def laguna(config):
-        config["architectures"] = ["DFlashLagunaForCausalLM"]
+    def lilicorr(config):
+        config["architectures"] = ["LiLiCorrDraftModel"]
 
-    return break_draft(pair, tmp_path, laguna)
+    return break_draft(pair, tmp_path, lilicorr)
 
 
 @pytest.mark.parametrize(
     "make_draft,words",
     [
         (drafter_for_a_narrower_target, ["hidden_size", "32", "64"]),
-        (laguna_drafter, ["DFlashLagunaForCausalLM", "DFLASH_SGLANG_WORKER=builtin"]),
+        (lilicorr_drafter, ["LiLiCorrDraftModel", "DFLASH_SGLANG_WORKER=builtin"]),
     ],
-    ids=["hidden-size-mismatch", "laguna-architecture"],
+    ids=["hidden-size-mismatch", "lilicorr-architecture"],
 )
 def test_broken_drafter_fails_at_startup_naming_the_field(pair, tmp_path, make_draft, words):
     draft = make_draft(pair, tmp_path)

@@ -5,7 +5,7 @@ against):
     config.py        the published config.json -> DFlashConfig, validated, naming the field
     generations.py   which architectures and variants SGLang's built-in loads are served here
     conv.py          the grouped-convolution variant; selector.py: DFlash2's candidate selector;
-    domino.py        Domino's GRU-corrected rollout
+    domino.py        Domino's GRU-corrected rollout; laguna.py: Laguna's gate and feature norms
     model.py         DFlashDraftModel: the drafter in plain PyTorch (`from_pretrained`,
                      `spec_generate` as on the model cards)
     reference.py     dflash_generate / spec_generate: z-lab's decoding loop, chain or tree

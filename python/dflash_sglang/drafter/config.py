@@ -21,7 +21,13 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import DFlashConfigError
-from .generations import SELECTOR_ARCHITECTURE, check_generation, is_selector_architecture
+from .generations import (
+    LAGUNA_ARCHITECTURE,
+    SELECTOR_ARCHITECTURE,
+    check_generation,
+    is_selector_architecture,
+)
+from .laguna import gating_of
 
 ARCHITECTURE = "DFlashDraftModel"
 FULL_ATTENTION = "full_attention"
@@ -80,6 +86,10 @@ class DFlashConfig:
     domino_gru_dim: int = 0
     domino_emb_dim: int = 0
     domino_shift_label: bool = False
+    # Laguna (drafter/laguna.py): its attention gate ("per-head", "per-element" or None) and the
+    # per-feature norms and context norm that come with the architecture.
+    laguna: bool = False
+    laguna_gating: str | None = None
 
     # ---- reading -------------------------------------------------------------------------------
 
@@ -159,6 +169,7 @@ class DFlashConfig:
             conv_group_size=_int_field("dflash_config.conv_group_size", dflash.get("conv_group_size") or 0),
             **selector_fields(raw, dflash),
             **domino_fields(raw, dflash),
+            **laguna_fields(raw),
         )
         config.check()
         return config
@@ -246,6 +257,17 @@ class DFlashConfig:
 
     # ---- writing -----------------------------------------------------------------------------
 
+    @property
+    def architecture(self) -> str:
+        """What the published config declares (SGLang builds its class from it)."""
+        return (
+            LAGUNA_ARCHITECTURE
+            if self.laguna
+            else SELECTOR_ARCHITECTURE
+            if self.selector_rank
+            else ARCHITECTURE
+        )
+
     def to_dict(self) -> dict[str, Any]:
         """The published on-disk format (what `from_dict` reads back to an equal config)."""
         dflash: dict[str, Any] = {
@@ -270,7 +292,7 @@ class DFlashConfig:
                           pure_draft_prefix_len=1, gru_hidden_dim=self.domino_gru_dim,
                           emb_dim=self.domino_emb_dim)  # fmt: skip
         out: dict[str, Any] = {
-            "architectures": [SELECTOR_ARCHITECTURE if self.selector_rank else ARCHITECTURE],
+            "architectures": [self.architecture],
             "model_type": "qwen3",
             "hidden_size": self.hidden_size,
             "num_hidden_layers": self.num_hidden_layers,
@@ -291,6 +313,8 @@ class DFlashConfig:
             "max_position_embeddings": self.max_position_embeddings,
             "tie_word_embeddings": False,
         }
+        if self.laguna:
+            out["gating"] = self.laguna_gating or "disabled"
         if self.num_target_layers is not None:
             out["num_target_layers"] = self.num_target_layers
         if self.vocab_size is not None:
@@ -334,6 +358,13 @@ def selector_fields(raw: dict[str, Any], dflash: dict[str, Any]) -> dict[str, An
         output_multiplier=float(multiplier),
         final_logit_softcapping=float(softcap) if softcap else None,
     )
+
+
+def laguna_fields(raw: dict[str, Any]) -> dict[str, Any]:
+    """Laguna's: SGLang gates its attention per head unless `gating` says otherwise."""
+    if LAGUNA_ARCHITECTURE not in (raw.get("architectures") or ()):
+        return {}
+    return dict(laguna=True, laguna_gating=gating_of(raw.get("gating", True)))
 
 
 def domino_fields(raw: dict[str, Any], dflash: dict[str, Any]) -> dict[str, Any]:

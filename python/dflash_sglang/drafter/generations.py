@@ -20,11 +20,12 @@ SERVED = {
     "DFlash2DraftModel": "DFlash2: DFlash with a candidate selector (drafter/selector.py)",
     "DFlash2BeamDraftModel": "DFlash2 (SGLang's alias)",
     "MiniMaxDFlash2DraftModel": "DFlash2 (SGLang's alias)",
+    "DFlashLagunaForCausalLM": "DFlash for Laguna: gated attention, per-feature norms (drafter/laguna.py)",
 }
+LAGUNA_ARCHITECTURE = "DFlashLagunaForCausalLM"
 SELECTOR_ARCHITECTURES = ("DFlash2DraftModel", "DFlash2BeamDraftModel", "MiniMaxDFlash2DraftModel")
 SELECTOR_ARCHITECTURE = SELECTOR_ARCHITECTURES[0]  # what a DFlash2 config we write declares
 NOT_SERVED_YET = {
-    "DFlashLagunaForCausalLM": "DFlash for Laguna (gated attention, per-feature norms)",
     "LiLiCorrDraftModel": "LiLiCorr (learned candidate-correlation head)",
 }
 BUILTIN = "SGLang's built-in worker serves it (DFLASH_SGLANG_WORKER=builtin)"

@@ -32,6 +32,7 @@ from .config import DFlashConfig
 from .context import DraftContextCache
 from .conv import GroupedBlockConv, wrapped
 from .domino import add_domino
+from .laguna import add_aux_norms, gate_width, gated, normed_features
 from .reference import spec_generate
 from .selector import CandidateSelector
 
@@ -124,6 +125,10 @@ class DFlashAttention(nn.Module):
         self.q_norm = Qwen3RMSNorm(hd, eps=config.rms_norm_eps)
         self.k_norm = Qwen3RMSNorm(hd, eps=config.rms_norm_eps)
         add_value_scale_and_sinks(self, config, self.heads)
+        self.per_head_gate = config.laguna_gating == "per-head"  # Laguna's gate (drafter/laguna.py)
+        self.g_proj = (
+            nn.Linear(hidden, gate_width(config, self.heads), bias=False) if config.laguna_gating else None
+        )
 
     def _heads(self, x: torch.Tensor, n: int) -> torch.Tensor:
         return x.view(*x.shape[:-1], n, self.head_dim)
@@ -138,7 +143,10 @@ class DFlashAttention(nn.Module):
     def forward(self, block, cos, sin, attend: Attend) -> torch.Tensor:
         q = apply_rotary(self.q_norm(self._heads(self.q_proj(block), self.heads)), cos, sin)
         k, v = self.key_values(block, cos, sin)
-        return self.o_proj(attend(self.layer, q, k, v))
+        out = attend(self.layer, q, k, v)
+        if self.g_proj is not None:
+            out = gated(self.g_proj(block), out, self.per_head_gate, self.heads)
+        return self.o_proj(out)
 
 
 def add_block_convs(layer: nn.Module, config: DFlashConfig) -> None:
@@ -181,6 +189,7 @@ class DFlashDraftModel(nn.Module):
         self.hidden_norm = Qwen3RMSNorm(d, eps=config.rms_norm_eps)
         self.norm = Qwen3RMSNorm(d, eps=config.rms_norm_eps)
         self.rotary_emb = Qwen3RotaryEmbedding(to_qwen3_config(config))
+        add_aux_norms(self, config)  # Laguna's per-feature norms
         add_domino(self, config)  # Domino's GRU and correction (drafter/domino.py); replicated at TP > 1
         self.candidate_selector = None  # DFlash2's (drafter/selector.py); replicated at TP > 1
         if config.selector_rank:
@@ -189,6 +198,8 @@ class DFlashDraftModel(nn.Module):
 
     def fuse_target_features(self, features: torch.Tensor) -> torch.Tensor:
         """[.., K*D] concatenated target layer outputs -> [.., D] context vectors."""
+        if self.aux_hidden_norms is not None:
+            features = normed_features(self.aux_hidden_norms, features)
         return self.hidden_norm(self.fc(features))
 
     def rope(self, like: torch.Tensor, positions: torch.Tensor):
@@ -203,9 +214,15 @@ class DFlashDraftModel(nn.Module):
         return self.norm(hidden)
 
     def context_key_values(self, context: torch.Tensor, positions: torch.Tensor):
-        """Per layer, the keys/values of fused context vectors [.., C, D] (KV injection)."""
+        """Per layer, the keys/values of fused context vectors [.., C, D] (KV injection); Laguna
+        norms the context with each layer's input norm first."""
         cos, sin = self.rope(context, positions)
-        return [layer.self_attn.key_values(context, cos, sin) for layer in self.layers]
+        return [
+            layer.self_attn.key_values(
+                layer.input_layernorm(context) if self.config.laguna else context, cos, sin
+            )
+            for layer in self.layers
+        ]
 
     def forward(
         self,

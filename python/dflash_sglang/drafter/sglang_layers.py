@@ -17,7 +17,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import torch
-from sglang.srt.layers.linear import MergedColumnParallelLinear, QKVParallelLinear, RowParallelLinear
+from sglang.srt.layers.linear import (
+    ColumnParallelLinear,
+    MergedColumnParallelLinear,
+    QKVParallelLinear,
+    RowParallelLinear,
+)
 from sglang.srt.model_loader.weight_utils import default_weight_loader, sharded_weight_loader
 from sglang.srt.utils import set_weight_attrs
 from torch import nn
@@ -25,6 +30,7 @@ from torch.nn import functional as F
 from transformers.activations import ACT2FN
 from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm
 
+from . import laguna
 from . import model as plain
 from .config import DFlashConfig
 
@@ -58,6 +64,10 @@ class ShardedAttention(nn.Module):
         self.q_norm = Qwen3RMSNorm(hd, eps=config.rms_norm_eps)
         self.k_norm = Qwen3RMSNorm(hd, eps=config.rms_norm_eps)
         plain.add_value_scale_and_sinks(self, config, self.heads)  # this rank's heads' sinks
+        self.per_head_gate, self.g_proj = config.laguna_gating == "per-head", None
+        if config.laguna_gating:  # Laguna's gate, sharded by heads like the queries
+            width = laguna.gate_width(config, config.num_attention_heads)
+            self.g_proj = ColumnParallelLinear(hidden, width, bias=False, prefix=f"{prefix}.g_proj")
         if self.attention_sink_bias is not None:  # each rank cuts its heads from the checkpoint's
             loader = sharded_weight_loader(0, parallel_group="tp")
             set_weight_attrs(self.attention_sink_bias, {"weight_loader": loader})
@@ -81,7 +91,10 @@ class ShardedAttention(nn.Module):
         q, k, v = self.qkv_proj(block)[0].split([self.q_size, self.kv_size, self.kv_size], dim=-1)
         q = plain.apply_rotary(self.q_norm(self._heads(q, self.heads)), cos, sin)
         k, v = self._rope_keys(k, v, cos, sin)
-        return self.o_proj(attend(self.layer, q, k, v))[0]
+        out = attend(self.layer, q, k, v)
+        if self.g_proj is not None:
+            out = laguna.gated(self.g_proj(block)[0], out, self.per_head_gate, self.heads)
+        return self.o_proj(out)[0]
 
 
 class ShardedMLP(nn.Module):

@@ -15,6 +15,8 @@ downloaded. The target is `tiny_dense`'s (same seed, same bytes); only the draft
 - `domino`: `dflash_config.projector_type: "domino"` with `shift_label`, a GRU of 16 and a
   correction of 32 (`prefix_gru.weight_{ih,hh}_l0`, `embed_proj.{0,2}.weight`); the correction's
   output layer drawn wide so that it moves the drafts.
+- `laguna`: `architectures: ["DFlashLagunaForCausalLM"]`, `gating: "per-head"` (a softplus gate a
+  head, `layers.N.self_attn.g_proj.weight` [heads, hidden]) and `aux_hidden_norms.N.weight`.
 Variants combine: `write_variant_pair(out, ("sinks", "conv"))` writes one drafter with both.
 """
 
@@ -37,6 +39,7 @@ VARIANTS = {
         "final_logit_softcapping": 20.0,
     },
     "domino": {"domino_gru_dim": 16, "domino_emb_dim": 32, "domino_shift_label": True},
+    "laguna": {"laguna": True, "laguna_gating": "per-head"},
 }
 SINK_MEAN, SINK_STD = 1.0, 2.0
 CODEBOOK_STD = 1.5
