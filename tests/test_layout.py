@@ -21,7 +21,8 @@ LAYERS = [
 ENGINE_FREE = [
     "errors", "drafter.config", "drafter.model", "drafter.reference", "sampling.accept",
     "drafter.context", "drafter.conv", "drafter.domino", "drafter.generations", "drafter.laguna",
-    "drafter.selector", "sampling.distribution", "sampling.target_law", "tree.build", "width.policy",
+    "drafter.selector", "drafter.variants", "sampling.distribution", "sampling.target_law", "tree.build",
+    "width.policy",
 ]  # fmt: skip
 
 

@@ -47,6 +47,7 @@ PATHS = {
     "draft window, plain worker": "test_draft_window.py",
     "draft window, sliding drafter, overlap worker": "test_draft_window.py",
     "TP=2, overlap worker": "test_tp.py",
+    "TP=2, plain worker, Laguna + Domino drafter": "test_tp.py",
     "TP=2, plain worker, draft window": "test_tp.py",
     "DP attention, overlap worker": "test_dp_attention.py",
     "DP attention, plain worker": "test_dp_attention.py",

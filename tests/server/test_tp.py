@@ -6,14 +6,16 @@ worker (also with the reference's verify-step counts: the sharded drafter drafts
 unsharded one does) and under the plain worker with a draft window of 8, which the outputs
 outgrow. The drafters are variants SGLang's built-in loads (testing/tiny_variants.py), with an
 MLP width SGLang pads for TP on CPU: the overlap worker's is DFlash2 (the vocab-parallel top-k,
-the replicated selector) with sinks (sharded by head) and convolutions, the plain worker's has the
-sinks and convolutions under the argmax chain. Under both workers, sampled requests at
+the replicated selector) with sinks (sharded by head) and convolutions; under the plain worker,
+without the window, a Laguna drafter (its gate sharded by head) with Domino's rollout (the full
+logits gathered across ranks), sinks and convolutions, verify counts checked too; with the window,
+the sinks and convolutions under the argmax chain. Under both workers, sampled requests at
 law_matrix.SETTINGS (temperatures, filters, a penalty) follow the target's own law, controls fail.
 A hybrid target (Gated DeltaNet heads sharded too), and its mixture-of-experts sibling (experts and the gated
 shared expert sharded), equal transformers' greedy decoding under the overlap worker.
 
 Servers: the two hybrid ones, then one no-spec and one per worker (at most two up at once); about
-5 minutes in all.
+6 minutes in all.
 """
 
 from __future__ import annotations
@@ -35,12 +37,11 @@ MAX_NEW = 24
 TP2 = ["--tp-size", "2"]
 ONE_CORE_PER_RANK = {"SGLANG_CPU_OMP_THREADS_BIND": "0|1"}
 WINDOW = 8  # the plain worker's drafter sees the last 8 committed tokens (the draft window)
+PLAIN_TP2 = {"SGLANG_ENABLE_SPEC_V2": "", "SGLANG_ENABLE_DFLASH_SPEC_V2": "", **ONE_CORE_PER_RANK}
 WORKERS = {
     "overlap": ({"SGLANG_ENABLE_SPEC_V2": "1", **ONE_CORE_PER_RANK}, []),
-    "plain-window": (
-        {"SGLANG_ENABLE_SPEC_V2": "", "SGLANG_ENABLE_DFLASH_SPEC_V2": "", **ONE_CORE_PER_RANK},
-        ["--speculative-draft-window-size", WINDOW],
-    ),
+    "plain": (PLAIN_TP2, []),
+    "plain-window": (PLAIN_TP2, ["--speculative-draft-window-size", WINDOW]),
 }
 
 
@@ -68,7 +69,11 @@ def test_hybrid_target_equals_transformers_concurrently_and_on_a_radix_hit(tmp_p
 # The drafters' MLP is 96 wide: not a multiple of SGLang's CPU TP alignment (tp x 32), so SGLang
 # pads it to 128 as it pads an unaligned target, and the drafter's weights load padded.
 UNALIGNED_DRAFT_MLP = 96
-VARIANTS = {"overlap": ("dflash2", "sinks", "conv"), "plain-window": ("sinks", "conv")}
+VARIANTS = {
+    "overlap": ("dflash2", "sinks", "conv"),
+    "plain": ("laguna", "domino", "sinks", "conv"),
+    "plain-window": ("sinks", "conv"),
+}
 
 
 @pytest.fixture(scope="module")
@@ -126,7 +131,7 @@ def test_greedy_equals_nospec_tp2_and_the_reference_one_at_a_time(dflash, prompt
         out = dflash.generate(ids, MAX_NEW)
         ref = reference(dflash.pair, ids, MAX_NEW, BLOCK)
         assert out["output_ids"] == want == ref.tokens
-        if dflash.kind == "overlap":  # the reference has no window
+        if dflash.kind != "plain-window":  # the reference has no window
             assert out["meta_info"]["spec_verify_ct"] == len(ref.accept_lengths)  # the same drafts
         accepted_more_than_one += max(ref.accept_lengths) > 1
     assert accepted_more_than_one >= 3  # the accept path ran, not only rejections
@@ -146,7 +151,8 @@ def test_the_sampled_law_with_real_filters_and_greedy_stays_exact(dflash, prompt
     """law_matrix.SETTINGS in one mixed batch, each against the target's law and its control. A
     rank that committed other tokens than rank 0 would desynchronise the next collectives: the
     greedy requests after it still equal the no-spec server, and the server answers (no hang)."""
-    path = {"overlap": "TP=2, overlap worker", "plain-window": "TP=2, plain worker, draft window"}
+    path = {"overlap": "TP=2, overlap worker", "plain": "TP=2, plain worker, Laguna + Domino drafter",
+            "plain-window": "TP=2, plain worker, draft window"}  # fmt: skip
     _, target, _ = load(dflash.pair.target, dflash.pair.draft)
     assert_every_setting_follows_the_law(path[dflash.kind], dflash, target, prompt_ids)
     for ids, want in zip(prompt_ids[:3], expected[:3], strict=True):

@@ -4,6 +4,7 @@ Engine-free (plain PyTorch and transformers, no SGLang; the oracle every engine 
 against):
     config.py        the published config.json -> DFlashConfig, validated, naming the field
     generations.py   which architectures and variants SGLang's built-in loads are served here
+    variants.py      the variants' config fields, read and written as SGLang does
     conv.py          the grouped-convolution variant; selector.py: DFlash2's candidate selector;
     domino.py        Domino's GRU-corrected rollout; laguna.py: Laguna's gate and feature norms
     model.py         DFlashDraftModel: the drafter in plain PyTorch (`from_pretrained`,

@@ -21,13 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import DFlashConfigError
-from .generations import (
-    LAGUNA_ARCHITECTURE,
-    SELECTOR_ARCHITECTURE,
-    check_generation,
-    is_selector_architecture,
-)
-from .laguna import gating_of
+from .generations import LAGUNA_ARCHITECTURE, SELECTOR_ARCHITECTURE, check_generation
+from .variants import check_variants, int_field, variant_fields, written_variant_fields
 
 ARCHITECTURE = "DFlashDraftModel"
 FULL_ATTENTION = "full_attention"
@@ -122,8 +117,8 @@ class DFlashConfig:
         hidden = _require_int(raw, "hidden_size")
         layers = _require_int(raw, "num_hidden_layers")
         heads = _require_int(raw, "num_attention_heads")
-        kv_heads = _int_field("num_key_value_heads", raw.get("num_key_value_heads", heads))
-        head_dim = _int_field("head_dim", raw.get("head_dim") or hidden // heads)
+        kv_heads = int_field("num_key_value_heads", raw.get("num_key_value_heads", heads))
+        head_dim = int_field("head_dim", raw.get("head_dim") or hidden // heads)
         mask_id = dflash_field("mask_token_id")
         if mask_id is None:
             raise DFlashConfigError(
@@ -147,9 +142,9 @@ class DFlashConfig:
             num_key_value_heads=kv_heads,
             head_dim=head_dim,
             intermediate_size=_require_int(raw, "intermediate_size"),
-            block_size=_int_field("block_size", dflash_field("block_size", 16)),
-            mask_token_id=_int_field("dflash_config.mask_token_id", mask_id),
-            target_layer_ids=tuple(_int_field("dflash_config.target_layer_ids", i) for i in layer_ids),
+            block_size=int_field("block_size", dflash_field("block_size", 16)),
+            mask_token_id=int_field("dflash_config.mask_token_id", mask_id),
+            target_layer_ids=tuple(int_field("dflash_config.target_layer_ids", i) for i in layer_ids),
             num_target_layers=None if num_target_layers is None else int(num_target_layers),
             layer_types=tuple(raw.get("layer_types") or [FULL_ATTENTION] * layers),
             sliding_window=raw.get("sliding_window"),
@@ -161,15 +156,7 @@ class DFlashConfig:
             hidden_act=str(raw.get("hidden_act", "silu")),
             max_position_embeddings=int(raw.get("max_position_embeddings", 40960)),
             vocab_size=raw.get("vocab_size"),
-            attention_sink_bias=_sink_bias(dflash.get("attention_sink_bias")),
-            attention_value_scale=_value_scale(dflash.get("attention_value_scale")),
-            conv_kernel_size=_int_field(
-                "dflash_config.conv_kernel_size", dflash.get("conv_kernel_size") or 0
-            ),
-            conv_group_size=_int_field("dflash_config.conv_group_size", dflash.get("conv_group_size") or 0),
-            **selector_fields(raw, dflash),
-            **domino_fields(raw, dflash),
-            **laguna_fields(raw),
+            **variant_fields(raw, dflash),  # drafter/variants.py
         )
         config.check()
         return config
@@ -199,16 +186,7 @@ class DFlashConfig:
                 raise DFlashConfigError(
                     f"layer_types contains {kind!r}: expected {FULL_ATTENTION!r} or {SLIDING_ATTENTION!r}"
                 )
-        if bool(self.conv_kernel_size) != bool(self.conv_group_size):
-            raise DFlashConfigError(
-                f"dflash_config.conv_kernel_size = {self.conv_kernel_size} and conv_group_size = "
-                f"{self.conv_group_size}: a grouped convolution needs both or neither"
-            )
-        if self.conv_group_size and self.hidden_size % self.conv_group_size:
-            raise DFlashConfigError(
-                f"dflash_config.conv_group_size = {self.conv_group_size} does not divide "
-                f"hidden_size = {self.hidden_size}"
-            )
+        check_variants(self)
         if SLIDING_ATTENTION in self.layer_types and not (
             isinstance(self.sliding_window, int) and self.sliding_window > 0
         ):
@@ -276,21 +254,7 @@ class DFlashConfig:
         }
         if SLIDING_ATTENTION in self.layer_types and not self.sliding_is_causal:
             dflash["is_causal"] = False
-        if self.attention_sink_bias:
-            dflash["attention_sink_bias"] = True
-        if self.attention_value_scale is not None:
-            dflash["attention_value_scale"] = self.attention_value_scale
-        if self.conv_kernel_size:
-            dflash.update(conv_kernel_size=self.conv_kernel_size, conv_group_size=self.conv_group_size)
-        if self.selector_rank:
-            dflash.update(selector_rank=self.selector_rank, selector_top_k=self.selector_top_k,
-                          output_multiplier=self.output_multiplier)  # fmt: skip
-            if self.final_logit_softcapping is not None:
-                dflash["final_logit_softcapping"] = self.final_logit_softcapping
-        if self.domino_gru_dim:
-            dflash.update(projector_type="domino", shift_label=self.domino_shift_label,
-                          pure_draft_prefix_len=1, gru_hidden_dim=self.domino_gru_dim,
-                          emb_dim=self.domino_emb_dim)  # fmt: skip
+        dflash.update(written_variant_fields(self))
         out: dict[str, Any] = {
             "architectures": [self.architecture],
             "model_type": "qwen3",
@@ -313,7 +277,7 @@ class DFlashConfig:
             "max_position_embeddings": self.max_position_embeddings,
             "tie_word_embeddings": False,
         }
-        if self.laguna:
+        if self.laguna:  # SGLang reads Laguna's gating at the top level
             out["gating"] = self.laguna_gating or "disabled"
         if self.num_target_layers is not None:
             out["num_target_layers"] = self.num_target_layers
@@ -327,97 +291,10 @@ class DFlashConfig:
         (directory / "config.json").write_text(json.dumps(self.to_dict(), indent=2) + "\n")
 
 
-def _int_field(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise DFlashConfigError(f"{name} = {value!r}: expected an integer")
-    return value
-
-
-def selector_fields(raw: dict[str, Any], dflash: dict[str, Any]) -> dict[str, Any]:
-    """DFlash2's fields; a plain DFlashDraftModel's selector fields are ignored, as SGLang does."""
-    if not is_selector_architecture(raw.get("architectures")):
-        return {}
-    rank, top_k = dflash.get("selector_rank") or 0, dflash.get("selector_top_k") or 0
-    if not (rank and top_k):
-        raise DFlashConfigError(
-            f"dflash_config.selector_rank = {rank} and selector_top_k = {top_k}: a DFlash2 drafter "
-            "needs both (its candidate selector)"
-        )
-    multiplier, softcap = dflash.get("output_multiplier", 1.0), dflash.get("final_logit_softcapping")
-    if isinstance(multiplier, bool) or not isinstance(multiplier, (int, float)) or multiplier <= 0:
-        raise DFlashConfigError(
-            f"dflash_config.output_multiplier = {multiplier!r}: expected a positive number"
-        )
-    if raw.get("vocab_size") is None:
-        raise DFlashConfigError(
-            "vocab_size is missing: a DFlash2 drafter's selector tables have a row a token"
-        )
-    return dict(
-        selector_rank=_int_field("dflash_config.selector_rank", rank),
-        selector_top_k=_int_field("dflash_config.selector_top_k", top_k),
-        output_multiplier=float(multiplier),
-        final_logit_softcapping=float(softcap) if softcap else None,
-    )
-
-
-def laguna_fields(raw: dict[str, Any]) -> dict[str, Any]:
-    """Laguna's: SGLang gates its attention per head unless `gating` says otherwise."""
-    if LAGUNA_ARCHITECTURE not in (raw.get("architectures") or ()):
-        return {}
-    return dict(laguna=True, laguna_gating=gating_of(raw.get("gating", True)))
-
-
-def domino_fields(raw: dict[str, Any], dflash: dict[str, Any]) -> dict[str, Any]:
-    """Domino's fields (`projector_type: "domino"`, dflash_config first, then the top level)."""
-    kind = dflash.get("projector_type", raw.get("projector_type"))
-    if not kind:
-        return {}
-    if kind != "domino":
-        raise DFlashConfigError(
-            f"projector_type = {kind!r}: the only projector SGLang and dflash_sglang know is 'domino'"
-        )
-
-    def field(name: str) -> Any:
-        return dflash.get(name, raw.get(name))
-
-    if not isinstance(field("shift_label"), bool):
-        raise DFlashConfigError(
-            f"dflash_config.shift_label = {field('shift_label')!r}: a Domino drafter needs true or false"
-        )
-    if field("pure_draft_prefix_len") != 1:
-        raise DFlashConfigError(
-            f"dflash_config.pure_draft_prefix_len = {field('pure_draft_prefix_len')!r}: Domino drafts "
-            "its first token without the GRU, so it must be 1"
-        )
-    if raw.get("vocab_size") is None:
-        raise DFlashConfigError("vocab_size is missing: a Domino drafter's correction has a row a token")
-    return dict(
-        domino_gru_dim=_int_field("dflash_config.gru_hidden_dim", field("gru_hidden_dim")),
-        domino_emb_dim=_int_field("dflash_config.emb_dim", field("emb_dim")),
-        domino_shift_label=field("shift_label"),
-    )
-
-
-def _sink_bias(value: Any) -> bool:
-    if value is not None and not isinstance(value, bool):
-        raise DFlashConfigError(f"dflash_config.attention_sink_bias = {value!r}: expected true or false")
-    return bool(value)
-
-
-def _value_scale(value: Any) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        raise DFlashConfigError(
-            f"dflash_config.attention_value_scale = {value!r}: expected a positive number"
-        )
-    return float(value)
-
-
 def _require_int(raw: dict[str, Any], name: str) -> int:
     if name not in raw:
         raise DFlashConfigError(f"{name} is missing from the drafter config")
-    value = _int_field(name, raw[name])
+    value = int_field(name, raw[name])
     if value <= 0:
         raise DFlashConfigError(f"{name} = {value}: expected a positive integer")
     return value
