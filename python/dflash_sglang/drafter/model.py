@@ -95,6 +95,11 @@ def add_value_scale_and_sinks(attention: nn.Module, config: DFlashConfig, heads:
     attention.register_parameter("attention_sink_bias", sinks)  # the checkpoint's name
 
 
+def scaled(values: torch.Tensor, scale: float) -> torch.Tensor:
+    """Values times the variant's scale; a plain drafter's (1) costs no extra tensor."""
+    return values if scale == 1.0 else values * scale
+
+
 def attention_with_sinks(q, k, v, mask, scale: float, sinks: torch.Tensor | None) -> torch.Tensor:
     """SDPA over [b, heads, q, hd] / [b, heads, k, hd], where each head's softmax also holds its
     sink logit (a key that every query sees and whose value is zero)."""
@@ -138,7 +143,7 @@ class DFlashAttention(nn.Module):
 
         Used for the block and, in KV injection, for the fused target context."""
         k = self.k_norm(self._heads(self.k_proj(x), self.kv_heads))
-        return apply_rotary(k, cos, sin), self._heads(self.v_proj(x) * self.value_scale, self.kv_heads)
+        return apply_rotary(k, cos, sin), self._heads(scaled(self.v_proj(x), self.value_scale), self.kv_heads)
 
     def forward(self, block, cos, sin, attend: Attend) -> torch.Tensor:
         q = apply_rotary(self.q_norm(self._heads(self.q_proj(block), self.heads)), cos, sin)

@@ -77,7 +77,7 @@ class ShardedAttention(nn.Module):
 
     def _rope_keys(self, k, v, cos, sin):
         k = self.k_norm(self._heads(k, self.kv_heads))
-        return plain.apply_rotary(k, cos, sin), self._heads(v * self.value_scale, self.kv_heads)
+        return plain.apply_rotary(k, cos, sin), self._heads(plain.scaled(v, self.value_scale), self.kv_heads)
 
     def key_values(self, x, cos, sin) -> tuple[torch.Tensor, torch.Tensor]:
         """This rank's keys and values of [.., seq, D] (KV injection): the k/v rows of the fused

@@ -32,17 +32,25 @@ def target_distribution(logits: torch.Tensor, sampling_info, block_size: int) ->
     return torch.zeros_like(probs).scatter_(-1, order, sorted_probs)
 
 
+def local_logits(hidden: torch.Tensor, lm_head, padded: bool = False) -> tuple[torch.Tensor, int]:
+    """This rank's float logits of [N, D] hidden states over its vocabulary shard (padded rows
+    dropped, or kept with `padded`: every rank's shard is then as long), and the shard's first id."""
+    weight = lm_head.weight
+    shard = getattr(lm_head, "shard_indices", None)
+    if shard is None:
+        return (hidden.to(weight.dtype) @ weight.T).float(), 0
+    count = shard.num_org_elements_padded if padded else shard.num_org_elements
+    return (hidden.to(weight.dtype) @ weight[:count].T).float(), shard.org_vocab_start_index
+
+
 def vocab_parallel_argmax(hidden: torch.Tensor, lm_head, tp_group=None) -> torch.Tensor:
     """argmax over the target's LM head for [N, D] hidden states, without gathering logits.
 
     Each TP rank holds a vocabulary shard (padded rows excluded via `shard_indices`); ranks
     exchange only their local (max, id) pairs.
     """
-    weight = lm_head.weight
-    shard = getattr(lm_head, "shard_indices", None)
-    start, count = (shard.org_vocab_start_index, shard.num_org_elements) if shard else (0, weight.shape[0])
-    logits = hidden.to(weight.dtype) @ weight[:count].T
-    local_max, local_id = logits.float().max(dim=-1)
+    logits, start = local_logits(hidden, lm_head)
+    local_max, local_id = logits.max(dim=-1)
     local_id = local_id + start
     if tp_group is None or tp_group.world_size == 1:
         return local_id
@@ -56,10 +64,8 @@ def vocab_parallel_topk(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The k best (logit, id) of [N, D] hidden states over the target's LM head [N, k], as
     `vocab_parallel_argmax`: ranks exchange only their local top k, then take the global top k."""
-    weight = lm_head.weight
-    shard = getattr(lm_head, "shard_indices", None)
-    start, count = (shard.org_vocab_start_index, shard.num_org_elements) if shard else (0, weight.shape[0])
-    values, ids = (hidden.to(weight.dtype) @ weight[:count].T).float().topk(k, dim=-1)
+    logits, start = local_logits(hidden, lm_head)
+    values, ids = logits.topk(k, dim=-1)
     ids = ids + start
     if tp_group is None or tp_group.world_size == 1:
         return values, ids
@@ -72,12 +78,9 @@ def vocab_parallel_topk(
 def vocab_parallel_logits(hidden: torch.Tensor, lm_head, tp_group=None) -> torch.Tensor:
     """[N, D] hidden states -> their logits over the whole vocabulary [N, V] (padded rows
     dropped), gathered from the TP ranks' shards; for drafters that read every logit (Domino)."""
-    weight = lm_head.weight
-    shard = getattr(lm_head, "shard_indices", None)
-    if tp_group is None or tp_group.world_size == 1 or shard is None:
-        count = shard.num_org_elements if shard else weight.shape[0]
-        return (hidden.to(weight.dtype) @ weight[:count].T).float()
-    # Every rank's shard is num_org_elements_padded rows long, in rank order; the last pads.
-    local = (hidden.to(weight.dtype) @ weight[: shard.num_org_elements_padded].T).float()
-    vocab = lm_head.org_vocab_size
-    return tp_group.all_gather(local, dim=-1)[:, :vocab]
+    if tp_group is None or tp_group.world_size == 1:
+        return local_logits(hidden, lm_head)[0]
+    # Shards of equal (padded) length in rank order: the gathered row is the padded vocabulary.
+    return tp_group.all_gather(local_logits(hidden, lm_head, padded=True)[0], dim=-1)[
+        :, : lm_head.org_vocab_size
+    ]
