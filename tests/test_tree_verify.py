@@ -4,11 +4,13 @@ pool (the native move the CPU layer selects)."""
 
 from types import SimpleNamespace
 
+import pytest
 import torch
 from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool
 
 import dflash_sglang.cpu  # noqa: F401  (the CPU pool's native KV move)
 from dflash_sglang.cpu.kv_pool import native_kv_move_on_cpu
+from dflash_sglang.errors import DFlashConfigError
 from dflash_sglang.tree import build as tree
 from dflash_sglang.tree.batch import build_batch_trees
 from dflash_sglang.tree.verify import accept, move_path_to_front, predictions
@@ -91,3 +93,59 @@ def test_greedy_predictions_are_the_argmax_per_node():
     greedy = SimpleNamespace(is_all_greedy=True)
     assert torch.equal(predictions(logits, greedy, N, None), logits.argmax(-1).view(BS, N))
     assert torch.equal(predictions(logits, None, N, None), logits.argmax(-1).view(BS, N))
+
+
+def startup(**overrides):
+    """refuse_unsupported_setups on server args as SGLang resolves them (CPU, torch_native)."""
+    from dflash_sglang.tree.switches import TreeSettings
+    from dflash_sglang.tree.verify import refuse_unsupported_setups
+
+    args = dict(device="cpu", enable_dp_attention=False, speculative_draft_window_size=None,
+                disaggregation_mode="null", attention_backend="torch_native",
+                prefill_attention_backend=None, decode_attention_backend=None)  # fmt: skip
+    args.update(overrides)
+    refuse_unsupported_setups(TreeSettings(4, 16), 8, SimpleNamespace(**args))
+
+
+@pytest.mark.parametrize(
+    "overrides, named",
+    [
+        ({"enable_dp_attention": True}, "--enable-dp-attention"),
+        ({"speculative_draft_window_size": 12}, "--speculative-draft-window-size"),
+        ({"disaggregation_mode": "decode"}, "--disaggregation-mode"),
+        ({"device": "cuda", "attention_backend": "fa3"}, "--attention-backend fa3"),
+        ({"device": "cuda", "attention_backend": "trtllm_mha"}, "--attention-backend trtllm_mha"),
+        ({"device": "cuda", "attention_backend": "triton", "decode_attention_backend": "fa3"}, "fa3"),
+    ],
+)
+def test_setups_a_tree_does_not_serve_fail_at_startup_naming_the_option(overrides, named):
+    with pytest.raises(DFlashConfigError, match="--speculative-eagle-topk 4") as refused:
+        startup(**overrides)
+    assert named in str(refused.value)
+
+
+@pytest.mark.parametrize("backend", ["triton", "flashinfer"])
+def test_gpu_backends_that_read_the_custom_mask_start(backend):
+    startup(device="cuda", attention_backend=backend)
+
+
+def test_the_verify_input_carries_the_devices_mask_layout_and_the_links():
+    """QLEN_ONLY on CPU (SGLang's CPU kernels); FULL_MASK elsewhere: request after request, N rows
+    of prefix + N cells (test_tree_kernels checks the cells against SGLang's own builder)."""
+    from dflash_sglang.tree.verify import attach
+
+    trees, _ = random_trees(3)
+    seq_lens = torch.tensor([4, 0, 7])
+    verify_input = SimpleNamespace()
+    attach(verify_input, trees, seq_lens, 11)
+    assert torch.equal(verify_input.custom_mask, trees.ancestor_mask().flatten())
+    assert torch.equal(verify_input.positions, (seq_lens.unsqueeze(1) + trees.depths).flatten())
+    assert torch.equal(verify_input.retrieve_next_token, trees.retrieve_arrays()[0])
+    assert torch.equal(verify_input.retrieve_next_sibling, trees.retrieve_arrays()[1])
+    full = trees.full_mask(seq_lens, 11 + 5)  # a host bound above sum(seq_lens): spare cells stay True
+    assert full.numel() == 16 * N + BS * N * N and full[11 * N + BS * N * N :].all()
+    rows = torch.split(full[: 11 * N + BS * N * N], (N * (seq_lens + N)).tolist())
+    for i, row in enumerate(rows):
+        grid = row.view(N, int(seq_lens[i]) + N)
+        assert grid[:, : int(seq_lens[i])].all()
+        assert torch.equal(grid[:, int(seq_lens[i]) :], trees.ancestor_mask()[i])

@@ -83,6 +83,9 @@ def register() -> None:
     # and SGLang warns at every startup about two AROUND hooks on one target.
     HookRegistry.register(tree_switches.HANDLE_DFLASH, tree_switches.declare_a_chain, HookType.BEFORE)
     HookRegistry.register(tree_switches.HANDLE_DFLASH, tree_switches.declare_the_tree_width, HookType.AFTER)
+    HookRegistry.register(
+        tree_switches.CONV_WINDOW_DEDUP, tree_switches.dense_conv_windows_for_trees, HookType.AROUND
+    )
 
 
 def _resolve_schedule(result, server_args):

@@ -186,7 +186,7 @@ class DFlashWorker(Drafting, BaseSpecWorker):
     def init_attention_backends(self):
         self._draft_worker.init_attention_backends()
         # After the target's backends exist: hybrid targets commit their recurrent state.
-        self.commit_recurrent_state = RecurrentStateCommit(self.model_runner)
+        self.commit_recurrent_state = RecurrentStateCommit(self.model_runner, self.tree is not None)
 
     def init_cuda_graphs(self):
         # The draft runs eager for now (no decode graph); the target's verify graphs are SGLang's.
@@ -296,14 +296,10 @@ class DFlashWorker(Drafting, BaseSpecWorker):
         self.drafter.join()  # the drafts
         size = block.tokens.shape[1]  # the verify width
         grammar = grammar_tree(batch, block.tokens, block.tree)  # host copy of the drafts, during the verify
-        positions, tree_mask = block.positions, None
-        if block.tree is not None:  # nodes at seq_len + depth, each seeing its ancestors
-            positions, tree_mask = tree_verify.verify_layout(block.tree, batch.seq_lens)
         verify_input = DFlashVerifyInput(
             draft_token=block.tokens.flatten(),
-            positions=positions,
+            positions=block.positions,
             draft_token_num=size,
-            custom_mask=tree_mask,
             capture_hidden_mode=CaptureHiddenMode.FULL,
             kv_loc_plan=block.kv_plan,
         )
@@ -312,12 +308,14 @@ class DFlashWorker(Drafting, BaseSpecWorker):
         committed_cpu, committed_sum = batch.seq_lens_cpu, batch.seq_lens_sum
         batch.seq_lens_cpu = host_read_bound(batch, batch.spec_info, size)
         batch.seq_lens_sum = int(batch.seq_lens_cpu.sum())
+        if block.tree is not None:  # nodes at seq_len + depth, each seeing its ancestors
+            tree_verify.attach(verify_input, block.tree, batch.seq_lens, batch.seq_lens_sum)
         dp = dp_attention.enabled()  # attention metadata is planned after the DP padding
         forward_batch, _ = verify_input.prepare_for_verify(batch, self.target_worker, defer_metadata_init=dp)
         batch.seq_lens_cpu, batch.seq_lens_sum = committed_cpu, committed_sum
         if dp:
             dp_attention.run_eager_if_peers_differ(forward_batch, batch)
-        if size != self.widths.widest:  # the verify graphs are captured for the widest steps
+        if size != self.widths.widest or block.tree is not None:  # graphs: the widest chain's only
             forward_batch.can_run_decode_cuda_graph = False
         target_out = self.target_worker.forward_batch_generation(
             batch=None,
@@ -358,7 +356,7 @@ class DFlashWorker(Drafting, BaseSpecWorker):
         new_seq_lens = batch.seq_lens + lengths.to(batch.seq_lens.dtype)
         # Hybrid targets: the accepted state lands before the publish event, as in SGLang's own
         # workers, so nothing the scheduler orders after that event sees a stale state.
-        self.commit_recurrent_state(batch, batch.seq_lens, new_seq_lens, lengths)
+        self.commit_recurrent_state(batch, batch.seq_lens, new_seq_lens, lengths, accepted.state_rows)
         if on_publish is not None:
             on_publish(new_seq_lens)  # the scheduler may plan the next step from here on
         bonus = accepted.tokens.gather(1, (accepted.lengths - 1).unsqueeze(1)).squeeze(1)

@@ -95,7 +95,7 @@ def test_verify_saves_the_window_after_every_step(layout):
             torch.testing.assert_close(windows[row, step], want_window, **TOL)
 
 
-def test_padding_rows_and_tree_verify():
+def test_padding_rows_and_num_accept_tokens():
     states = rand(SLOTS, DIM, WIDTH - 1, seed=3)
     before = states.clone()
     out = causal_conv1d_update_on_cpu(
@@ -104,7 +104,7 @@ def test_padding_rows_and_tree_verify():
     assert not out.any() and torch.equal(states, before)
     with pytest.raises(NotImplementedError):
         causal_conv1d_update_on_cpu(
-            fail, rand(1, DIM, 2), states, WEIGHT, retrieve_next_token=torch.zeros(1, 2)
+            fail, rand(1, DIM, 2), states, WEIGHT, num_accept_tokens=torch.ones(1, dtype=torch.int32)
         )
 
 

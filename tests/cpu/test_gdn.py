@@ -193,10 +193,8 @@ def test_decode_mode_writes_the_final_state():
         torch.testing.assert_close(states[slot], want_final, **TOL)
 
 
-@pytest.mark.parametrize(
-    "mode", [{"retrieve_parent_token": torch.zeros(1, 2)}, {"is_kda": True}, {"cache_ring": True}]
-)
-def test_tree_kda_and_ring_modes_refuse_on_cpu(mode):
+@pytest.mark.parametrize("mode", [{"is_kda": True}, {"cache_ring": True}])
+def test_kda_and_ring_modes_refuse_on_cpu(mode):
     q, k, v, a, b = inputs(2)
     A_log, dt_bias = params()
     with pytest.raises(NotImplementedError):

@@ -23,11 +23,20 @@ SOAK_ENV = {"SGLANG_TEST_RETRACT": "1", "SGLANG_TEST_RETRACT_INTERVAL": "6",
             "SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_IDLE": "1"}  # fmt: skip
 
 
-@pytest.fixture(scope="module")
-def soaked(pair8):
-    """The overlap worker, every step under the host-sync check (`make soak` adds the plain worker
-    and the draft window)."""
-    with SGLangServer(pair8.target, dflash_args(pair8, 4), env={**OVERLAP_CHECKED, **SOAK_ENV}) as server:
+SOAKS = {  # name: (extra args, extra env)
+    "chain": ([], {}),
+    # Trees of up to 16 nodes with adaptive budgets: widths change with the load (docs/adaptive.md).
+    "adaptive-tree": (["--speculative-eagle-topk", "4"], {"DFLASH_SGLANG_ADAPTIVE_WIDTH": "1"}),
+}
+
+
+@pytest.fixture(scope="module", params=list(SOAKS))
+def soaked(request, pair8):
+    """The overlap worker, every step under the host-sync check, as a chain and as adaptive trees
+    (`make soak` adds the plain worker, the draft window and the hybrid pair, chain and tree)."""
+    extra, env = SOAKS[request.param]
+    args = [*dflash_args(pair8, 16 if extra else 4), *extra]
+    with SGLangServer(pair8.target, args, env={**OVERLAP_CHECKED, **SOAK_ENV, **env}) as server:
         yield server
 
 

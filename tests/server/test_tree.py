@@ -8,8 +8,8 @@ worker (host-sync check on: the tree is built, walked and compacted on the devic
 workers, temperatures with top_p, top_k, min_p and a frequency penalty follow the target's law
 (law_matrix.py, each with its negative control). Penalties (frequency, presence, repetition,
 min_new_tokens) equal the no-spec server's, 8 requests at once; constrained output (regex, JSON
-schema) equals it, 4 requests at once; a verify width below the drafter's block, and a hybrid
-target, fail at startup naming the switch. At --tp-size 2 (overlap worker, N 8 = B, no host-sync
+schema) equals it, 4 requests at once; a verify width below the drafter's block, and the draft
+window, fail at startup naming the switch. At --tp-size 2 (overlap worker, N 8 = B, no host-sync
 check) the law matrix passes too, and greedy outputs equal the no-spec server
 and the oracle's counts.
 
@@ -28,7 +28,6 @@ import torch
 from dflash_sglang.drafter.reference import dflash_generate
 from dflash_sglang.testing.server import SGLangServer
 
-from . import hybrid
 from .conftest import OVERLAP_CHECKED, PLAIN
 from .law_matrix import assert_every_setting_follows_the_law
 from .pairs import chat_prompts, load, word_prompts
@@ -181,11 +180,13 @@ def test_a_verify_width_below_the_block_fails_at_startup(pair8):
     assert_startup_fails_naming(pair8, args, words)
 
 
-def test_a_hybrid_target_fails_at_startup_naming_the_switch(tmp_path):
-    """The recurrent state would have to follow the tree's parent pointers: not built yet."""
-    pair = hybrid.make_hybrid_pair(tmp_path)
-    args = [*hybrid.HYBRID_ARGS, *hybrid.NO_BUFFER, *tree_args(pair, 4, 16)]
-    assert_startup_fails_naming(pair, args, ["--speculative-eagle-topk 4", "hybrid"])
+def test_a_tree_with_the_draft_window_fails_at_startup_naming_both(pair8):
+    """Trees on hybrid targets start (test_hybrid_tree.py); with the draft window they do not yet
+    (docs/tree.md says why; test_tree_verify.py covers every refusal engine-free)."""
+    args = [*tree_args(pair8, 4, 16), "--speculative-draft-window-size", "12"]
+    assert_startup_fails_naming(
+        pair8, args, ["--speculative-eagle-topk 4", "--speculative-draft-window-size"]
+    )
 
 
 def test_logprobs_equal_nospec(tree_server, nospec8, prompt_ids):

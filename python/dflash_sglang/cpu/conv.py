@@ -14,7 +14,11 @@ SGLang keeps the state as conv_states[slot, dim, :W-1] and calls two Triton kern
 - causal_conv1d_update: T tokens per request (decode, or a TARGET_VERIFY block). In verify mode it
   also saves the window after every step, intermediate_conv_window[row, t] = window[t+1 : t+W], so
   the commit can restore the accepted step's window (the live state ends after the whole block).
-Rows whose slot is `pad_slot_id` are skipped. Tree verify and `num_accept_tokens` are not covered.
+Rows whose slot is `pad_slot_id` are skipped. For a draft tree (EAGLE's links `retrieve_next_token`
+/ `retrieve_next_sibling`) node t convolves over its root path instead of the block order: itself,
+its parent, its grandparent, ..., then the conv state; its saved window is that path's, and the
+parents derived from the links are written to `retrieve_parent_token` for the GDN kernel, as the
+Triton kernel does. `num_accept_tokens` is not covered.
 """
 
 from __future__ import annotations
@@ -110,21 +114,68 @@ def causal_conv1d_update_on_cpu(
             retrieve_next_sibling=retrieve_next_sibling, retrieve_parent_token=retrieve_parent_token,
             pad_slot_id=pad_slot_id, metadata=metadata, validate_data=validate_data,
         )  # fmt: skip
-    if retrieve_next_token is not None or num_accept_tokens is not None:
-        raise NotImplementedError("tree verify and num_accept_tokens are not covered on CPU")
+    if num_accept_tokens is not None:
+        raise NotImplementedError("num_accept_tokens is not covered on CPU")
     single_step = x.dim() == 2
     x3 = x[..., None] if single_step else x
     state_len = weight.shape[1] - 1
     slots = list(range(len(x3))) if conv_state_indices is None else conv_state_indices.tolist()
     rows = intermediate_state_indices.tolist() if intermediate_conv_window is not None else None
+    columns = None
+    if retrieve_next_token is not None:
+        parents = parents_from_links(retrieve_next_token, retrieve_next_sibling, x3.shape[2])
+        if retrieve_parent_token is not None:
+            retrieve_parent_token[:, : x3.shape[2]] = parents.to(retrieve_parent_token.dtype)
+        columns = root_path_columns(parents, state_len)
     out = torch.zeros_like(x3)
     for i, slot in enumerate(slots):
         if slot == pad_slot_id:
             continue
         window = torch.cat([conv_state[slot, :, :state_len].float(), x3[i].float()], dim=1)
-        out[i] = causal_conv(window, weight, bias, activation).to(x3.dtype)
+        # The live state ends after the whole block in block order (the commit restores a step's).
         conv_state[slot, :, :state_len] = window[:, -state_len:].to(conv_state.dtype)
-        for t in range(x3.shape[2] if rows is not None else 0):
+        if columns is None:
+            out[i] = causal_conv(window, weight, bias, activation).to(x3.dtype)
+            saved = [window[:, t + 1 : t + 1 + state_len] for t in range(x3.shape[2])]
+        else:  # node t's window: its root path's last W inputs, oldest first
+            paths = window[:, columns[i]]  # [dim, T, W]
+            out[i] = tree_conv(paths, weight, bias, activation).to(x3.dtype)
+            saved = [paths[:, t, 1:] for t in range(x3.shape[2])]
+        for t in range(len(saved) if rows is not None else 0):
             # One step at a time: the pool may expose the windows as an overlapping view.
-            intermediate_conv_window[rows[i], t].copy_(window[:, t + 1 : t + 1 + state_len])
+            intermediate_conv_window[rows[i], t].copy_(saved[t])
     return out[..., 0] if single_step else out
+
+
+def parents_from_links(next_token: torch.Tensor, next_sibling: torch.Tensor, nodes: int) -> torch.Tensor:
+    """[rows, T] parent of every node from first-child / next-sibling links, derived in node order
+    as SGLang's conv kernel does (a node no link reaches, padding, keeps parent 0)."""
+    parents = torch.zeros(next_token.shape[0], nodes, dtype=torch.int64)
+    for row, (children, siblings) in enumerate(zip(next_token.tolist(), next_sibling.tolist(), strict=True)):
+        for t in range(nodes):
+            if children[t] != -1:
+                parents[row, children[t]] = t
+            if siblings[t] != -1:
+                parents[row, siblings[t]] = parents[row, t]
+    return parents
+
+
+def root_path_columns(parents: torch.Tensor, state_len: int) -> torch.Tensor:
+    """[rows, T, W] columns of [conv state | block] that node t convolves, oldest first: up its
+    root path (node 0 has no parent in the block), then back through the conv state."""
+    rows, nodes = parents.shape
+    current = torch.arange(nodes).expand(rows, nodes)
+    steps = [current]
+    for _ in range(state_len):
+        up = parents.gather(1, current.clamp_min(0))
+        current = torch.where(current > 0, up, current - 1)  # node 0, then state columns -1, -2, ..
+        steps.append(current)
+    return torch.stack(steps[::-1], dim=-1) + state_len
+
+
+def tree_conv(paths: torch.Tensor, weight: torch.Tensor, bias, activation) -> torch.Tensor:
+    """paths [dim, T, W] (each node's window) -> [dim, T] in float32."""
+    out = (paths.float() * weight.float()[:, None, :]).sum(-1)
+    if bias is not None:
+        out = out + bias.float()[:, None]
+    return F.silu(out) if uses_silu(activation) else out

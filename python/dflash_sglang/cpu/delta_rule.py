@@ -60,6 +60,33 @@ def gated_delta_rule(q, k, v, g, beta, state, scale: float, qk_l2norm: bool = Tr
     return out, S, (torch.stack(kept, dim=1) if kept else S.new_empty(S.shape[0], 0, *S.shape[1:]))
 
 
+def gated_delta_rule_tree(q, k, v, g, beta, state, scale: float, qk_l2norm: bool, parents: torch.Tensor):
+    """The recurrence over N draft trees of T nodes each, in the kernels' node order: node 0 starts
+    from `state`, node t > 0 from the state after its parent (`parents` [N, T], parent < t; SGLang's
+    `retrieve_parent_token`, whose padding nodes hang off node 0). Shapes as gated_delta_rule.
+
+    Returns (o [N, T, HV, V], the state after every node [N, T, HV, V, K]), float32.
+    """
+    q, k, v, g, beta = (x.float() for x in (q, k, v, g, beta))
+    if qk_l2norm:
+        q, k = l2_normalize(q), l2_normalize(k)
+    group = v.shape[2] // k.shape[2]
+    q = q.repeat_interleave(group, dim=2) * scale
+    k = k.repeat_interleave(group, dim=2)
+    n, steps = v.shape[:2]
+    kept = state.new_empty(n, steps, *state.shape[1:], dtype=torch.float32)
+    out = torch.empty_like(v)
+    rows = torch.arange(n)
+    for t in range(steps):
+        S = state.float() if t == 0 else kept[rows, parents[:, t].long()]
+        S = S * g[:, t].exp()[..., None, None]
+        u = (v[:, t] - (S @ k[:, t, ..., None]).squeeze(-1)) * beta[:, t, :, None]
+        S = S + u[..., None] * k[:, t, :, None, :]
+        out[:, t] = (S @ q[:, t, ..., None]).squeeze(-1)
+        kept[:, t] = S
+    return out, kept
+
+
 def sequence_bounds(cu_seqlens, num_rows: int, rows_len: int) -> list[tuple[int, int]]:
     """[start, end) of every sequence in the flattened token axis: from `cu_seqlens`, or, without it,
     `num_rows` rows of `rows_len` tokens each (the kernels' two input conventions)."""

@@ -11,14 +11,22 @@ pool ([slot, HV, V, K]) with the same in-place writes:
   projection (q | k | v), gates computed inside;
 - fused_sigmoid_gating_delta_rule_update: the recurrence over each request's tokens with gates
   computed inside; in TARGET_VERIFY it leaves the live state alone (`disable_state_update`) and
-  keeps the state after every draft step in `intermediate_states_buffer[row, step]`.
+  keeps the state after every draft step in `intermediate_states_buffer[row, step]`; for a draft
+  tree (`retrieve_parent_token`, filled by the conv kernel) node t starts from its parent's state.
 """
 
 from __future__ import annotations
 
 import torch
 
-from .delta_rule import gated_delta_rule_varlen, gdn_gates, read_states, sequence_bounds, write_states
+from .delta_rule import (
+    gated_delta_rule_tree,
+    gated_delta_rule_varlen,
+    gdn_gates,
+    read_states,
+    sequence_bounds,
+    write_states,
+)
 
 GATING_TARGET = "sglang.kernels.ops.attention.linear.fused_gdn_gating.fused_gdn_gating"
 CHUNK_TARGET = "sglang.kernels.ops.attention.fla.chunk.chunk_gated_delta_rule"
@@ -142,8 +150,8 @@ def sigmoid_gating_delta_rule_update_on_cpu(
     retrieve_parent_token=None,
     **rest,
 ):
-    """AROUND fused_sigmoid_gating_delta_rule_update: GDN decode and chain verify (no KDA, no tree,
-    no ReplaySSM ring) on CPU."""
+    """AROUND fused_sigmoid_gating_delta_rule_update: GDN decode, chain verify and tree verify (no
+    KDA, no ReplaySSM ring) on CPU."""
     given = dict(
         A_log=A_log, a=a, dt_bias=dt_bias, softplus_beta=softplus_beta, softplus_threshold=softplus_threshold,
         q=q, k=k, v=v, b=b, initial_state_source=initial_state_source,
@@ -156,8 +164,8 @@ def sigmoid_gating_delta_rule_update_on_cpu(
     )  # fmt: skip
     if not q.is_cpu:
         return original(**given)
-    if is_kda or lower_bound is not None or retrieve_parent_token is not None or any(rest.values()):
-        raise NotImplementedError("CPU recurrent GDN covers GDN decode and chain verify only")
+    if is_kda or lower_bound is not None or any(rest.values()):
+        raise NotImplementedError("CPU recurrent GDN covers GDN decode, chain and tree verify only")
     rows, length, _, key_dim = k.shape
     heads_v, value_dim = v.shape[-2:]
     bounds = sequence_bounds(cu_seqlens, rows, length)
@@ -167,6 +175,12 @@ def sigmoid_gating_delta_rule_update_on_cpu(
         A_log, a.reshape(-1, heads_v), b.reshape(-1, heads_v), dt_bias, softplus_beta, softplus_threshold
     )
     keep = intermediate_states_buffer is not None
+    if retrieve_parent_token is not None:  # a tree: each node starts from its parent's state
+        return _tree_verify(
+            q, k, v, g, write_strength, states, bounds, key_dim**-0.5 if scale is None else scale,
+            use_qk_l2norm_in_kernel, retrieve_parent_token, intermediate_states_buffer,
+            intermediate_state_indices,
+        )  # fmt: skip
     out, finals, kept = gated_delta_rule_varlen(
         *(x.flatten(0, 1) for x in (q, k, v)), g, write_strength, states, bounds,
         key_dim**-0.5 if scale is None else scale, use_qk_l2norm_in_kernel, keep_every=int(keep),
@@ -177,4 +191,26 @@ def sigmoid_gating_delta_rule_update_on_cpu(
                 intermediate_states_buffer[row, : len(steps)] = steps.to(intermediate_states_buffer.dtype)
     if not disable_state_update and initial_state_source is not None:
         write_states(initial_state_source, slots, finals)
+    return out.reshape(v.shape).to(q.dtype)
+
+
+def _tree_verify(q, k, v, g, write_strength, states, bounds, scale, qk_l2norm, parents, buffer, buffer_rows):
+    """TARGET_VERIFY over draft trees (every row the same node count, the live state left alone):
+    node t > 0 starts from the state after node parents[row, t], as the kernel reads it back from
+    `intermediate_states_buffer`; a row without a buffer row runs as a chain, as there."""
+    rows, nodes = len(bounds), bounds[0][1] - bounds[0][0]
+    if buffer is None or any(end - start != nodes for start, end in bounds):
+        raise NotImplementedError("CPU tree verify needs the intermediate state buffer and equal trees")
+    buffer_rows, states = buffer_rows[:rows].to(torch.int64), states[:rows]  # index lists may be padded
+    chain = torch.arange(-1, nodes - 1).expand(rows, nodes)
+    parents = torch.where((buffer_rows >= 0).unsqueeze(-1), parents[:rows, :nodes].long(), chain)
+
+    def per_row(x):
+        return x.flatten(0, 1)[: rows * nodes].reshape(rows, nodes, *x.shape[2:])
+
+    gates = [x.reshape(rows, nodes, -1) for x in (g, write_strength)]
+    out, kept = gated_delta_rule_tree(*map(per_row, (q, k, v)), *gates, states, scale, qk_l2norm, parents)
+    for i, row in enumerate(buffer_rows.tolist()):
+        if row >= 0:
+            buffer[row, :nodes] = kept[i].to(buffer.dtype)
     return out.reshape(v.shape).to(q.dtype)

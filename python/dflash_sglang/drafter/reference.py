@@ -31,6 +31,7 @@ from .selector import select_drafts
 class DFlashOutput:
     tokens: list[int]  # the new tokens, the prefill's first token included
     accept_lengths: list[int]  # tokens each verify step added (1..block_size), sum = len(tokens) - 1
+    branch_steps: int = 0  # tree steps whose accepted path took a node that is not a first child
 
     @property
     def mean_accept_length(self) -> float:
@@ -110,7 +111,14 @@ def dflash_generate(
         else:  # DFlash2 and Domino drafters pick one path (tree/verify.py refuses trees with them)
             logprobs = torch.log_softmax(draft_logits[0].float(), dim=-1)
             tree = build_tree(result.tokens[-1], logprobs, tree_budget, tree_topk)
-            step = verify_tree(target, tree, start, target_cache, temperature, generator)
+            if has_attention_cache_only(target_cache):
+                step = verify_tree(target, tree, start, target_cache, temperature, generator)
+            else:  # recurrent layers (Qwen3.5/3.6): node by node, from the tokens seen so far
+                done = torch.tensor(result.tokens[:-1], dtype=prompt.dtype, device=device)
+                seen = torch.cat([prompt[0], done]).view(1, -1)
+                step = verify_tree_node_by_node(target, tree, seen, temperature, generator)
+            first_child = tree.retrieve_arrays()[0]
+            result.branch_steps += any(int(first_child[tree.parents[n]]) != n for n in step.path[1:])
 
         # commit: the verified token and the accepted drafts are now in the target cache
         new_tokens = step.tokens
@@ -154,6 +162,7 @@ def spec_generate(draft, input_ids, max_new_tokens, temperature=0.0, target=None
 class Verified:
     tokens: list[int]  # what the step emits: the accepted drafts, then the target's own token
     hidden_states: tuple[torch.Tensor, ...]  # the target's, at the root and the accepted drafts
+    path: list[int] | None = None  # a tree's accepted node ids, root first
 
 
 def verify_chain(
@@ -208,7 +217,31 @@ def verify_tree(target, tree: Tree, seq_len: int, target_cache, temperature, gen
     keep_path(target_cache, seq_len, path)
     index = torch.tensor(path, device=logits.device)
     hidden = tuple(h.index_select(1, index) for h in out.hidden_states)
-    return Verified(tree.tokens[path[1:]].tolist() + [bonus], hidden)
+    return Verified(tree.tokens[path[1:]].tolist() + [bonus], hidden, path)
+
+
+def has_attention_cache_only(cache) -> bool:
+    return all(type(layer) is DynamicLayer for layer in getattr(cache, "layers", ()))
+
+
+def verify_tree_node_by_node(target, tree: Tree, seen: torch.Tensor, temperature, generator) -> Verified:
+    """A tree on a target with recurrent layers, which no attention mask can branch: each node's
+    prediction from the target over the tokens it has seen and the node's root path (no cache),
+    then the accepted path once more for its features. Slow and plain: an oracle. Padding nodes
+    (never accepted) get no forward."""
+    rows = []
+    for node in range(tree.num_real or len(tree)):
+        path = tree.tokens[tree.root_path(node)].view(1, -1)
+        rows.append(target(torch.cat([seen, path], dim=1), logits_to_keep=1).logits[0, -1].float())
+    logits = torch.stack(rows + [torch.zeros_like(rows[0])] * (len(tree) - len(rows)))
+    if temperature <= 0:
+        path, bonus = walk_greedy(tree, logits.argmax(-1))
+    else:
+        path, bonus = accept_sampled(tree, sampling_probs(logits, temperature), generator)
+    ids = torch.cat([seen, tree.tokens[path].view(1, -1)], dim=1)
+    out = target(ids, output_hidden_states=True)
+    hidden = tuple(h[:, -len(path) :] for h in out.hidden_states)
+    return Verified(tree.tokens[path[1:]].tolist() + [bonus], hidden, path)
 
 
 def tree_attention_mask(tree: Tree, past: int, dtype: torch.dtype) -> torch.Tensor:

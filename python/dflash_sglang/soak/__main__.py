@@ -2,8 +2,9 @@
 
     python -m dflash_sglang.soak --pair python/dflash_sglang/assets/tiny-pair --requests 1000
 
-For each configuration (overlap worker, plain worker, the draft window on the given pair; the
-overlap worker with extra_buffer on a tiny Qwen3.5-style hybrid pair written for the run, whose
+For each configuration (overlap worker, plain worker, the draft window, a tree of up to 32 nodes
+with adaptive budgets on the given pair; the overlap worker with extra_buffer, as a chain and as a
+16-node tree with adaptive budgets, on a tiny Qwen3.5-style hybrid pair written for the run, whose
 mamba pool SGLang's strict idle check covers too) a DFLASH server with
 SGLang's forced retractions and strict idle memory check runs the workload (workload.py) at the
 given concurrency; then the checks of tests/server/test_soak.py: no failed request, every KV slot
@@ -35,7 +36,14 @@ CONFIGS = {
     "draft_window": ({"SGLANG_ENABLE_SPEC_V2": "1"}, ["--speculative-dflash-draft-window-size", "12"]),
     "hybrid": ({"SGLANG_ENABLE_SPEC_V2": "1"}, ["--mamba-scheduler-strategy", "extra_buffer",
                                                "--mamba-track-interval", "64"]),
+    # Trees with adaptive budgets (up to N nodes a request, fewer under load: docs/adaptive.md).
+    "tree": ({"SGLANG_ENABLE_SPEC_V2": "1", "DFLASH_SGLANG_ADAPTIVE_WIDTH": "1"},
+             ["--speculative-eagle-topk", "8", "--speculative-num-draft-tokens", "32"]),
+    "hybrid_tree": ({"SGLANG_ENABLE_SPEC_V2": "1", "DFLASH_SGLANG_ADAPTIVE_WIDTH": "1"},
+                    ["--mamba-scheduler-strategy", "extra_buffer", "--mamba-track-interval", "64",
+                     "--speculative-eagle-topk", "4", "--speculative-num-draft-tokens", "16"]),
 }  # fmt: skip
+HYBRID = ("hybrid", "hybrid_tree")
 # A hybrid target on CPU: float32 conv state for exact comparisons, a small state pool.
 HYBRID_ENV = {"SGLANG_MAMBA_CONV_DTYPE": "float32"}
 HYBRID_ARGS = ["--max-mamba-cache-size", "64"]
@@ -85,14 +93,15 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     args.pair = args.pair.resolve()  # the servers run in their log directories
-    dense = [name for name in args.configs if name != "hybrid"]
+    dense = [name for name in args.configs if name not in HYBRID]
     ok = True
     with tempfile.TemporaryDirectory(prefix="soak-hybrid-") as scratch:
         runs = [(args.pair, dense, {}, [], [])]
-        if "hybrid" in args.configs:
+        hybrid_names = [name for name in args.configs if name in HYBRID]
+        if hybrid_names:
             hybrid = write_tiny_hybrid_pair(scratch, seed=0, block_size=8, shape=HybridShape(hot_tokens=3))
             no_buffer = ["--mamba-scheduler-strategy", "no_buffer"]
-            runs.append((hybrid.target.parent, ["hybrid"], HYBRID_ENV, HYBRID_ARGS, no_buffer))
+            runs.append((hybrid.target.parent, hybrid_names, HYBRID_ENV, HYBRID_ARGS, no_buffer))
         for pair, names, env, extra, nospec_extra in runs:
             if not names:
                 continue

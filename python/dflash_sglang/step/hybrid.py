@@ -12,6 +12,12 @@ multiple of the track grid (`--mamba-track-interval`, aligned to pages), the sta
 multiple is copied there too, and the radix cache stores it for prefix reuse. The boundary is
 computed from the post-verify length; a boundary from the pre-verify length tracks the wrong step
 (SGLang PR #32052). docs/hybrid.md works one example through.
+
+Trees: SGLang's linear-attention backend hands the verify's EAGLE links (first child, next
+sibling) to the conv kernel, which derives each node's parent, and the GDN kernel starts each node
+from its parent's state, only when its `topk` > 1; DFLASH resolves topk to 1 (tree/switches.py),
+so a tree worker sets it on the backend. Row t of the saved states is then node t, and the commit
+copies the accepted path's nodes (`Acceptance.state_rows`) instead of block steps.
 """
 
 from __future__ import annotations
@@ -39,21 +45,32 @@ def track_steps(pre: torch.Tensor, post: torch.Tensor, accepted: torch.Tensor, g
 class RecurrentStateCommit:
     """Copies the accepted step's linear-attention state into the live (and track) slot."""
 
-    def __init__(self, model_runner):
+    def __init__(self, model_runner, trees: bool = False):
         self.model_runner = model_runner
         backend = model_runner.attn_backend
         self.active = mambaish_config(model_runner.model_config) is not None and hasattr(
             backend, "update_mamba_state_after_mtp_verify"
         )
+        linear = getattr(backend, "linear_attn_backend", None)
+        if self.active and trees and linear is not None:  # any value > 1: it only asks "a tree?"
+            linear.topk = max(linear.topk, 2)
 
-    def __call__(self, batch, pre: torch.Tensor, post: torch.Tensor, accepted: torch.Tensor) -> None:
+    def __call__(self, batch, pre, post, accepted: torch.Tensor, state_rows: torch.Tensor | None = None):
+        """`accepted` [bs] tokens committed per request; `state_rows` [bs, >= max accepted] the
+        saved-state row of each accepted depth (a tree's path), None for a chain (row = depth)."""
         if not self.active:
             return
+        last = accepted.to(torch.int64) - 1
         steps_to_track = None
         if batch.mamba_track_indices is not None:
             steps_to_track = track_steps(pre, post, accepted, mamba_track_grid(batch.tree_cache.page_size))
+        if state_rows is not None:
+            last = state_rows.gather(1, last.unsqueeze(1)).squeeze(1)
+            if steps_to_track is not None:
+                on_path = state_rows.gather(1, steps_to_track.clamp_min(0).unsqueeze(1)).squeeze(1)
+                steps_to_track = torch.where(steps_to_track >= 0, on_path, steps_to_track)
         self.model_runner.attn_backend.update_mamba_state_after_mtp_verify(
-            last_correct_step_indices=accepted.to(torch.int64) - 1,
+            last_correct_step_indices=last,
             mamba_track_indices=batch.mamba_track_indices,
             mamba_steps_to_track=steps_to_track,
             model=self.model_runner.model,

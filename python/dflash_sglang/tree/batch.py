@@ -53,6 +53,20 @@ class BatchTree:
             above = torch.where(above >= 0, self.parents.gather(1, above.clamp_min(0)), above)
         return mask
 
+    def full_mask(self, seq_lens: torch.Tensor, prefix_bound: int) -> torch.Tensor:
+        """SGLang's FULL_MASK layout (its GPU backends'): request after request, N rows of
+        seq_len + N allowed keys, the prefix then the nodes, flattened. Cells past the requests'
+        rows (when `prefix_bound` > sum(seq_lens)) stay True and are never read."""
+        bs, n = self.tokens.shape
+        row_len = seq_lens.to(torch.int64) + n
+        starts = torch.cumsum(row_len * n, 0) - row_len * n
+        nodes = torch.arange(n, device=self.tokens.device)
+        cells = (starts.view(bs, 1, 1) + nodes.view(1, n, 1) * row_len.view(bs, 1, 1)
+                 + seq_lens.view(bs, 1, 1) + nodes.view(1, 1, n))  # fmt: skip
+        mask = torch.ones(prefix_bound * n + n * n * bs, dtype=torch.bool, device=self.tokens.device)
+        mask[cells.flatten()] = self.ancestor_mask().flatten()
+        return mask
+
     def retrieve_arrays(self) -> tuple[torch.Tensor, torch.Tensor]:
         """SGLang's left-child right-sibling links, [bs, N] each (-1 = none), as Tree.retrieve_arrays:
         the first child of i, and the next node after i with i's parent."""

@@ -21,6 +21,7 @@ from ..errors import DFlashConfigError
 logger = logging.getLogger(__name__)
 
 HANDLE_DFLASH = "sglang.srt.arg_groups.speculative_hook._handle_dflash"
+CONV_WINDOW_DEDUP = "sglang.srt.mem_cache.memory_pool.conv_window_dedup_enabled"
 SOURCE = "dflash_sglang.tree.switches"
 
 # (K, N) the operator asked for, from the BEFORE hook to the AFTER hook of one `_handle_dflash`.
@@ -87,3 +88,14 @@ def declare_the_tree_width(result, server_args):
     logger.info("dflash_sglang: DFLASH tree verification: at most %s children a node, %s nodes "
                 "verified per request (root included), drafter block %d", topk, width, block)  # fmt: skip
     return result
+
+
+def dense_conv_windows_for_trees(original, is_npu, is_cpu, speculative_eagle_topk, is_kda):
+    """AROUND SGLang's choice of the hybrid pool's conv-window layout: its deduplicated layout
+    overlaps step t's window with step t+1's, right for a chain and wrong for a tree (a node's
+    window follows its parent, not the node before it); SGLang keeps dense windows for topk > 1,
+    and a DFLASH tree resolves topk to 1, so the operator's K is passed instead."""
+    from sglang.srt.runtime_context import get_server_args
+
+    topk = max(speculative_eagle_topk or 1, requested_topk(get_server_args()))
+    return original(is_npu, is_cpu, topk, is_kda)

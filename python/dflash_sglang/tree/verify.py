@@ -7,7 +7,9 @@ down the tree. Around the chain step it changes three things:
 
     draft    the block holds the tree's N nodes (node 0 = the verified token) in N reserved slots
     verify   node i sits at position seq_len + depth[i] and sees the prefix and its ancestors
-             (SGLang's QLEN_ONLY layout, its CPU kernels', in `DFlashVerifyInput.custom_mask`)
+             (`DFlashVerifyInput.custom_mask` in the layout EAGLE trees use on the device:
+             QLEN_ONLY on CPU, FULL_MASK on GPU backends); recurrent layers of hybrid targets
+             follow EAGLE's first-child / next-sibling links (step/hybrid.py)
     accept   the accepted root path, moved to the front of the block: its target KV to slots
              seq_len.., its logits and captured features to rows 0.., so the chain's commit
              (injection, request outputs, lengths) runs unchanged
@@ -18,9 +20,12 @@ the sample is a child's token (the target-only rule: exact for deterministic chi
 
 from __future__ import annotations
 
+import logging
+
 import torch
 from sglang.srt.configs.hybrid_arch import mambaish_config
 from sglang.srt.runtime_context import get_parallel
+from sglang.srt.speculative.eagle_utils import TreeMaskMode
 
 from ..errors import DFlashConfigError
 from ..runtime.block import Block, block_kv_plan
@@ -29,19 +34,29 @@ from ..sampling.target_law import plan_for, row_laws
 from .batch import BatchTree, build_batch_trees, follow_batch, path_tokens
 from .switches import TreeSettings
 
+logger = logging.getLogger(__name__)
+
+# GPU backends whose TARGET_VERIFY reads `spec_info.custom_mask` (FULL_MASK) whatever the topk
+# SGLang resolved (1 under DFLASH). fa3's tree path is keyed to topk > 1 and trtllm_mha ignores
+# custom masks, so they would verify the tree as a chain: refused at startup.
+MASK_BACKENDS = ("triton", "flashinfer")
+
 
 def prepare(settings: TreeSettings, block_size: int, server_args, model_runner, one_path: bool) -> DraftVocab:
     """At startup: refuse what the tree path does not serve yet; the drafter's vocabulary.
     `one_path`: the drafter picks its own path (DFlash2, Domino: docs/tree.md)."""
-    refuse_unsupported_setups(settings, block_size, server_args, model_runner, one_path)
+    refuse_unsupported_setups(settings, block_size, server_args, one_path)
+    hybrid = mambaish_config(model_runner.model_config) is not None
+    backends = "/".join(sorted({str(name) for name in attention_backends_of(server_args)}))
+    logger.info("DFLASH tree verification: the %s attention backend verifies the tree (%s mask)%s",
+                backends, mask_mode(server_args.device).name,
+                "; the recurrent layers follow its parent links" if hybrid else "")  # fmt: skip
     lm_head = model_runner.model.lm_head  # vocab-parallel over its own group, as the chain's argmax
     group = getattr(lm_head, "tp_group", get_parallel().tp_group)
     return DraftVocab(lm_head, group, model_runner.model_config.vocab_size)
 
 
-def refuse_unsupported_setups(
-    settings: TreeSettings, block_size: int, server_args, model_runner, one_path=False
-):
+def refuse_unsupported_setups(settings: TreeSettings, block_size: int, server_args, one_path=False):
     """What the tree path does not serve yet fails at startup, naming the options."""
     option = f"--speculative-eagle-topk {settings.max_children} (DFLASH tree verification)"
     if settings.width < block_size:
@@ -50,17 +65,33 @@ def refuse_unsupported_setups(
             f"{block_size}; the drafter writes its whole block into the verify window. Raise N or set "
             "--speculative-dflash-block-size"
         )
-    refusals = {
-        "--device other than cpu": server_args.device != "cpu",  # custom-mask backends untested on GPU
+    refusals = {  # docs/tree.md says why each is refused
         "--enable-dp-attention": server_args.enable_dp_attention,
         "--speculative-draft-window-size": server_args.speculative_draft_window_size is not None,
         "--disaggregation-mode": server_args.disaggregation_mode not in (None, "null"),
-        "a hybrid (recurrent-state) target": mambaish_config(model_runner.model_config) is not None,
         "a DFlash2 or Domino drafter (it drafts one path of its own)": one_path,
     }
     for what, present in refusals.items():
         if present:
             raise DFlashConfigError(f"{option} with {what}: not supported yet; drop one of the two")
+    for name in attention_backends_of(server_args) if server_args.device != "cpu" else ():
+        if name not in MASK_BACKENDS:
+            raise DFlashConfigError(
+                f"{option} with --attention-backend {name}: it does not read the verify's custom mask "
+                f"under DFLASH, so it would verify the tree as a chain; use {' or '.join(MASK_BACKENDS)}"
+            )
+
+
+def mask_mode(device: str) -> TreeMaskMode:
+    """SGLang's default_tree_mask_mode, by the device the step runs on (SGLang decides it from the
+    machine at import): QLEN_ONLY for the CPU kernels, FULL_MASK for the GPU backends."""
+    return TreeMaskMode.QLEN_ONLY if device == "cpu" else TreeMaskMode.FULL_MASK
+
+
+def attention_backends_of(server_args) -> tuple:
+    """(prefill, decode) backends; SGLang verifies on one of them (speculative_attention_mode)."""
+    prefill = server_args.prefill_attention_backend or server_args.attention_backend
+    return prefill, server_args.decode_attention_backend or server_args.attention_backend
 
 
 class DraftVocab:
@@ -118,10 +149,17 @@ def tree_block(tree: BatchTree, batch, req_to_token, translator, draft_translato
     return Block(tree.tokens, positions.flatten(), cache_loc, kv_plan, draft_loc, tree)
 
 
-def verify_layout(tree: BatchTree, seq_lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(positions [bs * N]: seq_len + depth, the ancestor mask in SGLang's QLEN_ONLY layout: per
-    request N x N allowed pairs among the nodes, concatenated; every node also sees the prefix)."""
-    return tree.positions(seq_lens).flatten(), tree.ancestor_mask().flatten()
+def attach(verify_input, tree: BatchTree, seq_lens: torch.Tensor, prefix_bound: int) -> None:
+    """The tree on SGLang's verify input, as EAGLE's tree verify carries it: node positions
+    seq_len + depth, the ancestor mask in the device's layout, and the first-child / next-sibling
+    links the recurrent layers of a hybrid target read. `prefix_bound`: at least sum(seq_lens)
+    (a FULL_MASK may be longer than its rows: the backends index it from the device lengths)."""
+    verify_input.positions = tree.positions(seq_lens).flatten()
+    if mask_mode(tree.tokens.device.type) == TreeMaskMode.QLEN_ONLY:
+        verify_input.custom_mask = tree.ancestor_mask().flatten()
+    else:
+        verify_input.custom_mask = tree.full_mask(seq_lens, prefix_bound)
+    verify_input.retrieve_next_token, verify_input.retrieve_next_sibling = tree.retrieve_arrays()
 
 
 def predictions(logits: torch.Tensor, sampling_info, width: int, reqs) -> torch.Tensor:
@@ -145,7 +183,7 @@ def accept(tree: BatchTree, target_tokens: torch.Tensor) -> tuple[Acceptance, to
     front = torch.arange(n, device=target_tokens.device).expand(bs, n).clone()
     front[:, :depth] = torch.where(walk.accept_index >= 0, walk.accept_index, front[:, :depth])
     tokens = torch.nn.functional.pad(chain.tokens, (0, n - chain.tokens.shape[1]))
-    return Acceptance(chain.lengths, tokens), front
+    return Acceptance(chain.lengths, tokens, state_rows=front), front
 
 
 def move_path_to_front(front: torch.Tensor, cache_loc: torch.Tensor, kv_pool, logits_output) -> None:
