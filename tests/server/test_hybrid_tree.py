@@ -30,13 +30,21 @@ from dflash_sglang.drafter.reference import dflash_generate
 from dflash_sglang.testing.server import SGLangServer
 from dflash_sglang.testing.tiny_hybrid import HybridShape, write_tiny_hybrid_pair
 
-from .hybrid import HYBRID_ARGS, HYBRID_ENV, MAX_NEW, TRACK_INTERVAL, generate, greedy, load_target, prompts
+from .hybrid import (
+    HYBRID_ARGS,
+    HYBRID_ENV,
+    MAX_NEW,
+    TRACK_INTERVAL,
+    assert_request_features_equal_nospec,
+    generate,
+    greedy,
+    load_target,
+    prompts,
+)
 from .law_matrix import assert_every_setting_follows_the_law
 from .test_hybrid_worker import (
     EXTRA_BUFFER,
     EXTRA_BUFFER_LAZY,
-    FEATURES,
-    HYBRID_LOGPROB_TOLERANCE,
     NO_BUFFER,
     OVERLAP,
     PLAIN,
@@ -124,16 +132,4 @@ def test_the_sampled_law_with_real_filters(case, pair):
 def test_request_features_equal_nospec(case, nospec):
     """Logprobs, constrained output (each node masked by the grammar state on its root path) and
     penalties (each node penalised by its root path's drafts), one at a time and together."""
-    from .test_request_features import CASES as FEATURE_CASES
-    from .test_request_features import assert_same, comparable, send
-
-    _, server = case
-    bodies = {name: {**FEATURE_CASES[name][1], "input_ids": prompts()[3]} for name in FEATURES}
-    for name, body in bodies.items():
-        want = comparable(send(nospec, "/generate", body))
-        assert_same(comparable(send(server, "/generate", body)), want, name, HYBRID_LOGPROB_TOLERANCE)
-    with ThreadPoolExecutor(len(bodies)) as pool:
-        together = list(pool.map(lambda body: send(server, "/generate", body), bodies.values()))
-    for (name, body), got in zip(bodies.items(), together, strict=True):
-        want = comparable(send(nospec, "/generate", body))
-        assert_same(comparable(got), want, name, HYBRID_LOGPROB_TOLERANCE)
+    assert_request_features_equal_nospec(case[1], nospec)

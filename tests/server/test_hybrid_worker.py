@@ -38,7 +38,17 @@ from dflash_sglang.testing.tiny_hybrid import (
 from dflash_sglang.width.verify_width import WIDTHS_ENV
 
 from .broken_drafters import drafter, drafter_weights
-from .hybrid import HYBRID_ARGS, HYBRID_ENV, MAX_NEW, TRACK_INTERVAL, generate, greedy, load_target, prompts
+from .hybrid import (
+    HYBRID_ARGS,
+    HYBRID_ENV,
+    MAX_NEW,
+    TRACK_INTERVAL,
+    assert_request_features_equal_nospec,
+    generate,
+    greedy,
+    load_target,
+    prompts,
+)
 from .law_matrix import Setting, assert_every_setting_follows_the_law, assert_follows_the_law, most_uncertain
 
 OVERLAP = {"SGLANG_ENABLE_SPEC_V2": "1", "DFLASH_SGLANG_CHECK_HOST_SYNC": "1"}
@@ -172,30 +182,13 @@ def hybrid_nospec(tmp_path_factory):
         yield server
 
 
-# The verify runs the chunked delta rule over a block where no-spec runs one recurrent step per
-# token: float32 sums in another order drift logprobs by about 1e-4 over 20 tokens (tokens equal).
-HYBRID_LOGPROB_TOLERANCE = 1e-3
-FEATURES = ["top_logprobs_num", "json_schema", "regex", "all_penalties", "min_new_tokens", "logit_bias"]
-
-
 @pytest.mark.parametrize(
     "case", ["plain-no_buffer-radix-b4-widths", "overlap-extra_buffer-radix-w12-b4"], indirect=True
 )
 def test_request_features_equal_nospec(case, hybrid_nospec):
     """The request-feature matrix's core (test_request_features.py) on a hybrid target: logprobs,
     constrained output and penalties through the recurrent-state commits, alone and together."""
-    from .test_request_features import CASES, assert_same, comparable, send
-
-    _, _, server, _ = case
-    bodies = {name: {**CASES[name][1], "input_ids": prompts()[3]} for name in FEATURES}
-    for name, body in bodies.items():
-        want = comparable(send(hybrid_nospec, "/generate", body))
-        assert_same(comparable(send(server, "/generate", body)), want, name, HYBRID_LOGPROB_TOLERANCE)
-    with ThreadPoolExecutor(len(bodies)) as pool:
-        together = list(pool.map(lambda body: send(server, "/generate", body), bodies.values()))
-    for (name, body), got in zip(bodies.items(), together, strict=True):
-        want = comparable(send(hybrid_nospec, "/generate", body))
-        assert_same(comparable(got), want, name, HYBRID_LOGPROB_TOLERANCE)
+    assert_request_features_equal_nospec(case[2], hybrid_nospec)
 
 
 def test_a_nan_drafter_leaves_output_exact(case):

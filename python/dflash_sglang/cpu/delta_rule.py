@@ -41,20 +41,12 @@ def gated_delta_rule(q, k, v, g, beta, state, scale: float, qk_l2norm: bool = Tr
     Returns (o [N, T, HV, V], final state [N, HV, V, K], kept) in float32, where `kept` stacks the
     state after every `keep_every`-th step ([N, T // keep_every, HV, V, K]; None when 0).
     """
-    q, k, v, g, beta = (x.float() for x in (q, k, v, g, beta))
-    if qk_l2norm:
-        q, k = l2_normalize(q), l2_normalize(k)
-    group = v.shape[2] // k.shape[2]
-    q = q.repeat_interleave(group, dim=2) * scale
-    k = k.repeat_interleave(group, dim=2)
+    q, k, v, g, beta = _per_value_head(q, k, v, g, beta, scale, qk_l2norm)
     S = state.float().clone()
     out = torch.empty_like(v)
     kept = []
     for t in range(v.shape[1]):
-        S = S * g[:, t].exp()[..., None, None]
-        u = (v[:, t] - (S @ k[:, t, ..., None]).squeeze(-1)) * beta[:, t, :, None]
-        S = S + u[..., None] * k[:, t, :, None, :]
-        out[:, t] = (S @ q[:, t, ..., None]).squeeze(-1)
+        S, out[:, t] = _step(S, q[:, t], k[:, t], v[:, t], g[:, t], beta[:, t])
         if keep_every and (t + 1) % keep_every == 0:
             kept.append(S)
     return out, S, (torch.stack(kept, dim=1) if kept else S.new_empty(S.shape[0], 0, *S.shape[1:]))
@@ -67,24 +59,32 @@ def gated_delta_rule_tree(q, k, v, g, beta, state, scale: float, qk_l2norm: bool
 
     Returns (o [N, T, HV, V], the state after every node [N, T, HV, V, K]), float32.
     """
-    q, k, v, g, beta = (x.float() for x in (q, k, v, g, beta))
-    if qk_l2norm:
-        q, k = l2_normalize(q), l2_normalize(k)
-    group = v.shape[2] // k.shape[2]
-    q = q.repeat_interleave(group, dim=2) * scale
-    k = k.repeat_interleave(group, dim=2)
+    q, k, v, g, beta = _per_value_head(q, k, v, g, beta, scale, qk_l2norm)
     n, steps = v.shape[:2]
     kept = state.new_empty(n, steps, *state.shape[1:], dtype=torch.float32)
     out = torch.empty_like(v)
     rows = torch.arange(n)
     for t in range(steps):
         S = state.float() if t == 0 else kept[rows, parents[:, t].long()]
-        S = S * g[:, t].exp()[..., None, None]
-        u = (v[:, t] - (S @ k[:, t, ..., None]).squeeze(-1)) * beta[:, t, :, None]
-        S = S + u[..., None] * k[:, t, :, None, :]
-        out[:, t] = (S @ q[:, t, ..., None]).squeeze(-1)
-        kept[:, t] = S
+        kept[:, t], out[:, t] = _step(S, q[:, t], k[:, t], v[:, t], g[:, t], beta[:, t])
     return out, kept
+
+
+def _per_value_head(q, k, v, g, beta, scale: float, qk_l2norm: bool):
+    """float32 inputs, q and k normalised and repeated to the value heads, q scaled."""
+    q, k, v, g, beta = (x.float() for x in (q, k, v, g, beta))
+    if qk_l2norm:
+        q, k = l2_normalize(q), l2_normalize(k)
+    group = v.shape[2] // k.shape[2]
+    return q.repeat_interleave(group, dim=2) * scale, k.repeat_interleave(group, dim=2), v, g, beta
+
+
+def _step(S, q, k, v, g, beta):
+    """One token for every row and value head: (the new state, the output)."""
+    S = S * g.exp()[..., None, None]
+    u = (v - (S @ k[..., None]).squeeze(-1)) * beta[..., None]
+    S = S + u[..., None] * k[..., None, :]
+    return S, (S @ q[..., None]).squeeze(-1)
 
 
 def sequence_bounds(cu_seqlens, num_rows: int, rows_len: int) -> list[tuple[int, int]]:
