@@ -11,7 +11,9 @@ at block sizes 4 and 16 (the pair's drafter is trained at 8: acceptance per bloc
 no speculation, our overlap worker and SGLang's built-in, into `tiny-cpu-tp2.*` and the
 `make bench tp2` markers. Then trees (`--speculative-eagle-topk`) against the chain and no
 speculation, fixed and with the adaptive width choosing tree budgets, into `tiny-cpu-tree.*` and
-the `make bench tree` markers. A server that fails to start is reported as such; the others run.
+the `make bench tree` markers; and trees on a random hybrid (Qwen3.5-style) pair into
+`tiny-cpu-hybrid-tree.*` and the `make bench hybrid tree` markers. A server that fails to start is
+reported as such; the others run.
 """
 
 from __future__ import annotations
@@ -98,12 +100,37 @@ TREE_VARIANTS = [
     tree_variant(8, 64, adaptive=True),
 ]
 
+# Trees on a hybrid (Gated DeltaNet) target: a random Qwen3.5-style pair written for the run (no
+# trained hybrid pair ships), float32 conv state, extra_buffer, the overlap worker.
+HYBRID_PAIR = Path(".tiny-hybrid")
+HYBRID = {"SGLANG_MAMBA_CONV_DTYPE": "float32"}
+HYBRID_ARGS = ("--max-mamba-cache-size", "64", "--mamba-scheduler-strategy", "extra_buffer")
+
+
+def hybrid(variant: Variant) -> Variant:
+    notes = variant.notes + ", hybrid target"
+    return Variant(variant.label, variant.speculative, {**HYBRID, **variant.env}, notes, variant.block,
+                   (*HYBRID_ARGS, *variant.args))  # fmt: skip
+
+
+HYBRID_TREE_VARIANTS = [hybrid(v) for v in TREE_VARIANTS if "n64" not in v.label or "adaptive" in v.label]
+
 # Output name -> its variants (the first is the baseline) and its markers in docs/benchmarks.md.
-RUNS = {"tiny-cpu": VARIANTS, "tiny-cpu-tp2": TP2_VARIANTS, "tiny-cpu-tree": TREE_VARIANTS}
+RUNS = {"tiny-cpu": VARIANTS, "tiny-cpu-tp2": TP2_VARIANTS, "tiny-cpu-tree": TREE_VARIANTS,
+        "tiny-cpu-hybrid-tree": HYBRID_TREE_VARIANTS}  # fmt: skip
 MARKERS = {
     "tiny-cpu": "make bench", "tiny-cpu-tp2": "make bench tp2", "tiny-cpu-tree": "make bench tree",
+    "tiny-cpu-hybrid-tree": "make bench hybrid tree",
     "adaptive-cpu": "make bench adaptive", "adaptive-cpu-simulated": "make bench adaptive simulated",
 }  # fmt: skip
+
+
+def hybrid_pair() -> Path:
+    if not (HYBRID_PAIR / "draft" / "config.json").is_file():
+        from ..testing.tiny_hybrid import HybridShape, write_tiny_hybrid_pair
+
+        write_tiny_hybrid_pair(HYBRID_PAIR, seed=0, block_size=8, shape=HybridShape(hot_tokens=3))
+    return HYBRID_PAIR
 
 
 def resolve_pair(pair: Path) -> tuple[Path, str]:
@@ -183,8 +210,15 @@ def main(argv=None) -> int:
         variants = RUNS[name]
         variants = [v for v in variants if only is None or v.label in only]
         if variants:  # each run's baseline is its list's first entry, no speculation
-            run = new_run(dataset, len(prompts), sampling, args.concurrency, RUNS[name][0].label)
-            run.servers = [serve_and_bench(v, pair, prompts, sampling, args.concurrency) for v in variants]
+            run_pair, run_prompts, run_dataset = pair, prompts, dataset
+            if name == "tiny-cpu-hybrid-tree":
+                run_pair = hybrid_pair()
+                run_prompts = take(load_prompts("tiny", pair_dir=run_pair), args.num_prompts)
+                run_dataset = f"tiny: random Qwen3.5-style hybrid pair {run_pair} (hot tokens 3, block 8)"
+            run = new_run(run_dataset, len(run_prompts), sampling, args.concurrency, RUNS[name][0].label)
+            run.servers = [
+                serve_and_bench(v, run_pair, run_prompts, sampling, args.concurrency) for v in variants
+            ]
             report_run(run, name, args.out, args.docs)
     return 0
 
