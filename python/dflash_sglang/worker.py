@@ -217,8 +217,8 @@ class DFlashWorker(Drafting, BaseSpecWorker):
             if batch.forward_mode.is_idle():
                 return self.idle(batch, on_publish)
             block = self.draft(batch, batch.spec_info, self.widths.choose(batch))
-            target_out, accepted = self.verify(batch, block, grammar_barrier)
-            result = self.commit(batch, block, target_out, accepted, on_publish)
+            target_out, accepted, path_rows = self.verify(batch, block, grammar_barrier)
+            result = self.commit(batch, block, target_out, accepted, on_publish, path_rows)
             self.widths.step_done()
             return result
 
@@ -339,7 +339,7 @@ class DFlashWorker(Drafting, BaseSpecWorker):
             self.widths.walked(batch.reqs, front, accepted.lengths)  # what smaller trees would take
             kv_pool = self.model_runner.token_to_kv_pool
             tree_verify.move_path_to_front(front, block.cache_loc, kv_pool, target_out.logits_output)
-            return target_out, accepted
+            return target_out, accepted, front  # front[:, d]: the accepted node at depth d
         drafts = block.tokens[:, 1:]
         if self.simulated is not None:  # benchmarking only (width/simulated_acceptance.py)
             accepted = self.simulated.accept(block.tokens, logits.argmax(-1).view(-1, size))
@@ -347,16 +347,16 @@ class DFlashWorker(Drafting, BaseSpecWorker):
             accepted = greedy_accept(drafts, logits.argmax(-1).view(-1, size))
         else:  # argmax drafts are point proposals: q is one-hot
             accepted = sampled_accept(drafts, logits, info, size, reqs=batch.reqs)
-        return target_out, self.tp.accepted(accepted, greedy=info is None or info.is_all_greedy)
+        return target_out, self.tp.accepted(accepted, greedy=info is None or info.is_all_greedy), None
 
     # ---- commit ------------------------------------------------------------------------------
 
-    def commit(self, batch, block: Block, target_out, accepted: Acceptance, on_publish):
+    def commit(self, batch, block: Block, target_out, accepted: Acceptance, on_publish, path_rows=None):
         lengths = accepted.lengths.to(torch.int32)
         new_seq_lens = batch.seq_lens + lengths.to(batch.seq_lens.dtype)
         # Hybrid targets: the accepted state lands before the publish event, as in SGLang's own
         # workers, so nothing the scheduler orders after that event sees a stale state.
-        self.commit_recurrent_state(batch, batch.seq_lens, new_seq_lens, lengths, accepted.state_rows)
+        self.commit_recurrent_state(batch, batch.seq_lens, new_seq_lens, lengths, path_rows)
         if on_publish is not None:
             on_publish(new_seq_lens)  # the scheduler may plan the next step from here on
         bonus = accepted.tokens.gather(1, (accepted.lengths - 1).unsqueeze(1)).squeeze(1)

@@ -20,8 +20,6 @@ class Acceptance(NamedTuple):
 
     lengths: torch.Tensor  # [bs] int64
     tokens: torch.Tensor  # [bs, B] int64; entries past `lengths` are padding
-    # [bs, >= B] the verify row of each accepted depth (a tree's path nodes); None: row d = depth d
-    state_rows: torch.Tensor | None = None
 
 
 def accepted_prefix_length(ok: torch.Tensor) -> torch.Tensor:

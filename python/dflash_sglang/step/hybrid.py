@@ -17,7 +17,7 @@ Trees: SGLang's linear-attention backend hands the verify's EAGLE links (first c
 sibling) to the conv kernel, which derives each node's parent, and the GDN kernel starts each node
 from its parent's state, only when its `topk` > 1; DFLASH resolves topk to 1 (tree/switches.py),
 so a tree worker sets it on the backend. Row t of the saved states is then node t, and the commit
-copies the accepted path's nodes (`Acceptance.state_rows`) instead of block steps.
+copies the accepted path's nodes (the verify's `path_rows`) instead of block steps.
 """
 
 from __future__ import annotations
@@ -55,8 +55,8 @@ class RecurrentStateCommit:
         if self.active and trees and linear is not None:  # any value > 1: it only asks "a tree?"
             linear.topk = max(linear.topk, 2)
 
-    def __call__(self, batch, pre, post, accepted: torch.Tensor, state_rows: torch.Tensor | None = None):
-        """`accepted` [bs] tokens committed per request; `state_rows` [bs, >= max accepted] the
+    def __call__(self, batch, pre, post, accepted: torch.Tensor, path_rows: torch.Tensor | None = None):
+        """`accepted` [bs] tokens committed per request; `path_rows` [bs, >= max accepted] the
         saved-state row of each accepted depth (a tree's path), None for a chain (row = depth)."""
         if not self.active:
             return
@@ -64,10 +64,10 @@ class RecurrentStateCommit:
         steps_to_track = None
         if batch.mamba_track_indices is not None:
             steps_to_track = track_steps(pre, post, accepted, mamba_track_grid(batch.tree_cache.page_size))
-        if state_rows is not None:
-            last = state_rows.gather(1, last.unsqueeze(1)).squeeze(1)
+        if path_rows is not None:
+            last = path_rows.gather(1, last.unsqueeze(1)).squeeze(1)
             if steps_to_track is not None:
-                on_path = state_rows.gather(1, steps_to_track.clamp_min(0).unsqueeze(1)).squeeze(1)
+                on_path = path_rows.gather(1, steps_to_track.clamp_min(0).unsqueeze(1)).squeeze(1)
                 steps_to_track = torch.where(steps_to_track >= 0, on_path, steps_to_track)
         self.model_runner.attn_backend.update_mamba_state_after_mtp_verify(
             last_correct_step_indices=last,

@@ -183,7 +183,7 @@ def accept(tree: BatchTree, target_tokens: torch.Tensor) -> tuple[Acceptance, to
     front = torch.arange(n, device=target_tokens.device).expand(bs, n).clone()
     front[:, :depth] = torch.where(walk.accept_index >= 0, walk.accept_index, front[:, :depth])
     tokens = torch.nn.functional.pad(chain.tokens, (0, n - chain.tokens.shape[1]))
-    return Acceptance(chain.lengths, tokens, state_rows=front), front
+    return Acceptance(chain.lengths, tokens), front
 
 
 def move_path_to_front(front: torch.Tensor, cache_loc: torch.Tensor, kv_pool, logits_output) -> None:
