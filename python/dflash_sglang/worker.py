@@ -310,6 +310,8 @@ class DFlashWorker(Drafting, BaseSpecWorker):
         batch.seq_lens_sum = int(batch.seq_lens_cpu.sum())
         if block.tree is not None:  # nodes at seq_len + depth, each seeing its ancestors
             tree_verify.attach(verify_input, block.tree, batch.seq_lens, batch.seq_lens_sum)
+        elif self.tree is not None:  # a tree server's plain step
+            tree_verify.attach_chain_links(verify_input, len(batch.seq_lens), size, self.device)
         dp = dp_attention.enabled()  # attention metadata is planned after the DP padding
         forward_batch, _ = verify_input.prepare_for_verify(batch, self.target_worker, defer_metadata_init=dp)
         batch.seq_lens_cpu, batch.seq_lens_sum = committed_cpu, committed_sum

@@ -82,6 +82,16 @@ def refuse_unsupported_setups(settings: TreeSettings, block_size: int, server_ar
             )
 
 
+def attach_chain_links(verify_input, batch_size: int, width: int, device) -> None:
+    """A tree server's step without a tree (plain decoding at width 1): the recurrent layers of a
+    hybrid target still read links once a tree runs, so give them the chain's (each node's child
+    is the next one)."""
+    nodes = torch.arange(width, device=device)
+    next_token = torch.where(nodes + 1 < width, nodes + 1, -1).expand(batch_size, width)
+    verify_input.retrieve_next_token = next_token.contiguous()
+    verify_input.retrieve_next_sibling = torch.full_like(verify_input.retrieve_next_token, -1)
+
+
 def mask_mode(device: str) -> TreeMaskMode:
     """SGLang's default_tree_mask_mode, by the device the step runs on (SGLang decides it from the
     machine at import): QLEN_ONLY for the CPU kernels, FULL_MASK for the GPU backends."""
