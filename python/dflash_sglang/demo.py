@@ -6,6 +6,9 @@ request without speculation, side by side.
 
 The request is the cards' OpenAI client call ("Write a quicksort in Python.", temperature 0.0);
 only max_tokens is a flag, since the cards' 4096 does not fit the tiny pair's 4096-token context.
+Each server answers it `--repeats` times (5) after a warm-up: the tokens/s shown is the median,
+the acceptance length is pooled over the repeats, and every repeat must give the same text, so
+one slow moment on a shared machine does not decide the ratio.
 Without --baseline-url the demo starts its own no-spec server of the same target: the DFLASH
 server's own launch command (from /server_info) without its --speculative-* flags, on a free port
 from 30001, and stops it afterwards. At temperature 0 both replies must be the same text.
@@ -22,7 +25,7 @@ from pathlib import Path
 from openai import OpenAI
 
 from .bench.server_info import ServerUnreachable, describe, get_json
-from .bench.stats import from_histogram
+from .bench.stats import from_histogram, sum_histograms
 from .testing.server import SGLangServer
 
 MESSAGES = [{"role": "user", "content": "Write a quicksort in Python."}]  # the model cards' request
@@ -45,10 +48,23 @@ def plain_args(launch_command: str) -> list[str]:
     return kept
 
 
-def ask(url: str, model: str, max_tokens: int) -> dict:
+def ask(url: str, model: str, max_tokens: int, repeats: int = 1) -> dict:
+    """The cards' request `repeats` times: the median run's speed, the acceptance pooled."""
     client = OpenAI(base_url=f"{url}/v1", api_key="EMPTY")
     # Warm-up, not timed: a fresh server's first request pays one-off costs.
     client.chat.completions.create(model=model, messages=MESSAGES, max_tokens=8, temperature=0.0)
+    runs = [one_request(client, model, max_tokens) for _ in range(max(repeats, 1))]
+    speeds = sorted(run["tokens_per_s"] for run in runs)
+    median = next(run for run in runs if run["tokens_per_s"] == speeds[len(speeds) // 2])
+    return {
+        **median,
+        "speeds": [round(run["tokens_per_s"], 1) for run in runs],
+        "same_text": all(run["text"] == runs[0]["text"] for run in runs),
+        "acceptance": from_histogram(sum_histograms([run["histogram"] for run in runs]), None),
+    }
+
+
+def one_request(client, model: str, max_tokens: int) -> dict:
     start = time.perf_counter()
     response = client.chat.completions.create(
         model=model,
@@ -65,7 +81,7 @@ def ask(url: str, model: str, max_tokens: int) -> dict:
         "tokens": tokens,
         "seconds": seconds,
         "tokens_per_s": tokens / seconds,
-        "acceptance": from_histogram(details.get("spec_correct_drafts_histogram") or [], None),
+        "histogram": details.get("spec_correct_drafts_histogram") or [],
     }
 
 
@@ -80,8 +96,10 @@ def show(title: str, result: dict, print_text: bool = True) -> None:
         accept = (
             f"acceptance length {acc.accept_length:.2f} (tokens per verify step, {acc.verify_steps} steps)"
         )
-    speed = f"{result['tokens']} tokens in {result['seconds']:.2f} s: {result['tokens_per_s']:.1f} tokens/s"
-    print(f"{speed}; {accept}")
+    runs, median = len(result["speeds"]), result["tokens_per_s"]
+    speed = f"{result['tokens']} tokens, median of {runs}: {median:.1f} tokens/s (each: {result['speeds']})"
+    same = "" if result["same_text"] else "; the repeats gave DIFFERENT texts"
+    print(f"{speed}; {accept}{same}")
 
 
 def no_spec_server(url: str) -> SGLangServer:
@@ -102,6 +120,7 @@ def main(argv=None) -> int:
     p.add_argument("--baseline-url", default=None, help="a running no-spec server of the same target")
     p.add_argument("--no-baseline", action="store_true", help="only the DFLASH server")
     p.add_argument("--max-tokens", type=int, default=4096, help="the cards use 4096")
+    p.add_argument("--repeats", type=int, default=5, help="timed requests per server (the median is shown)")
     args = p.parse_args(argv)
     try:
         server = describe(args.url, "dflash")
@@ -110,19 +129,20 @@ def main(argv=None) -> int:
         return 2
     if not server.algorithm:
         print(f"note: {args.url} runs without speculation (speculative_algorithm is unset)")
-    spec = ask(server.url, server.model, args.max_tokens)
+    spec = ask(server.url, server.model, args.max_tokens, args.repeats)
     show(f"{server.model} at {server.url}, {server.algorithm} block {server.block_size}", spec)
     if args.no_baseline:
         return 0
     if args.baseline_url:
-        plain = ask(args.baseline_url.rstrip("/"), server.model, args.max_tokens)
+        plain = ask(args.baseline_url.rstrip("/"), server.model, args.max_tokens, args.repeats)
     else:
         print(f"\nstarting a no-spec server of {server.model} for the comparison ...", flush=True)
         with no_spec_server(server.url) as baseline:
-            plain = ask(baseline.base_url, server.model, args.max_tokens)
+            plain = ask(baseline.base_url, server.model, args.max_tokens, args.repeats)
     show("same request without speculation", plain, print_text=plain["text"] != spec["text"])
     same = "the same text" if plain["text"] == spec["text"] else "DIFFERENT text"
-    print(f"\nDFLASH: {spec['tokens_per_s'] / plain['tokens_per_s']:.2f}x the no-spec tokens/s, {same}")
+    ratio = spec["tokens_per_s"] / plain["tokens_per_s"]
+    print(f"\nDFLASH: {ratio:.2f}x the no-spec tokens/s (medians of {args.repeats}), {same}")
     return 0
 
 
