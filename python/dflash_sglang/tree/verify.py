@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 
 import torch
+from sglang.srt.arg_groups.model_override_base import attention_backends_of  # (prefill, decode)
 from sglang.srt.configs.hybrid_arch import mambaish_config
 from sglang.srt.runtime_context import get_parallel
 from sglang.srt.speculative.eagle_utils import TreeMaskMode
@@ -96,12 +97,6 @@ def mask_mode(device: str) -> TreeMaskMode:
     """SGLang's default_tree_mask_mode, by the device the step runs on (SGLang decides it from the
     machine at import): QLEN_ONLY for the CPU kernels, FULL_MASK for the GPU backends."""
     return TreeMaskMode.QLEN_ONLY if device == "cpu" else TreeMaskMode.FULL_MASK
-
-
-def attention_backends_of(server_args) -> tuple:
-    """(prefill, decode) backends; SGLang verifies on one of them (speculative_attention_mode)."""
-    prefill = server_args.prefill_attention_backend or server_args.attention_backend
-    return prefill, server_args.decode_attention_backend or server_args.attention_backend
 
 
 class DraftVocab:
