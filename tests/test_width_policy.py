@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from dflash_sglang.width.policy import AcceptanceProfile, StepCost, best_width
+from dflash_sglang.width.policy import AcceptanceProfile, StepCost, best_width, ranked_widths
 
 B = 8
 WIDTHS = list(range(1, B + 1))
@@ -111,3 +111,49 @@ def test_load_moves_the_choice():
     assert best_width([profile_with(good) for _ in range(32)], linear, WIDTHS) < B
     for cost, bs in itertools.product((flat, linear), (1, 32)):
         assert best_width([profile_with(bad) for _ in range(bs)], cost, WIDTHS) == 1
+
+
+def test_past_the_last_measured_count_the_curve_takes_its_gentlest_slope():
+    """Two noisy points at small counts (a steep segment) must not price wide steps out: past the
+    last point the curve rises at its gentlest measured slope, so a wide step looks cheap enough
+    to run once and be measured."""
+    cost = StepCost([(8, 0.010), (16, 0.014), (20, 0.0141)])
+    assert cost.target(16) == pytest.approx(0.014)  # inside: the segment's own line
+    assert cost.target(40) == pytest.approx(0.0141 + 20 * 0.0001 / 4)
+    assert cost.target(4) == pytest.approx(0.008)  # below: the first segment's slope
+    assert StepCost([(8, 0.010), (16, 0.009)]).target(64) == pytest.approx(0.009)  # never falls
+
+
+def test_ranked_widths_orders_every_width_by_rate():
+    good = [profile_with([0.9] * (B - 1))]
+    flat = cost_of(CURVES["memory-bound"], 0.001, 0, 64)
+    ranked = ranked_widths(good, flat, WIDTHS)
+    assert (
+        sorted(e.width for e in ranked) == WIDTHS and ranked[0].width == best_width(good, flat, WIDTHS) == B
+    )
+    assert ranked[-1].width == 1 and ranked[-1].tokens == 1.0
+    rates = [e.tokens / e.seconds for e in ranked]
+    assert rates == sorted(rates, reverse=True) and "8: " in str(ranked[0])
+
+
+def test_a_batch_size_with_steps_of_its_own_is_priced_by_them():
+    """8 tokens at batch 2 cost what batch 2's steps cost, not what 8 tokens at batch 1 did; below
+    its narrowest measured width, a line from its plain step; other batch sizes, the token curve."""
+    cost = StepCost([(4, 0.004), (8, 0.005)], plain_points=[(1, 0.002), (2, 0.003)],
+                    by_batch={2: [(4, 0.009), (8, 0.010)]})  # fmt: skip
+    assert cost.step(2, 4) == pytest.approx(0.009)
+    assert cost.step(2, 6) == pytest.approx(0.0095)
+    assert cost.step(2, 2) == pytest.approx(0.003 + (0.009 - 0.003) / 3)  # plain (1) to 4
+    assert cost.step(2, 1) == pytest.approx(0.003)
+    assert cost.step(1, 8) == pytest.approx(0.005)  # no batch-1 points: the token curve
+
+
+def test_the_host_work_between_steps_counts_against_narrow_widths():
+    """Each step pays the scheduler's work between steps: the more steps per token (narrow widths),
+    the more of it. Counted, it moves the choice wider."""
+    profiles = [profile_with([0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3])]
+    forward = [(w, 0.004 + 0.002 * w) for w in range(2, B + 1)]
+    alone = StepCost(forward, plain_points=[(1, 0.003)])
+    with_host = StepCost(forward, plain_points=[(1, 0.003)], between_steps=0.010)
+    assert with_host.step(1, 4) == pytest.approx(alone.step(1, 4) + 0.010)
+    assert best_width(profiles, alone, WIDTHS) == 1 and best_width(profiles, with_host, WIDTHS) == 5

@@ -2,11 +2,12 @@
 with the widths verified, oldest first (also one step behind, as under the overlap loop); step
 times kept per token count, as a non-decreasing curve."""
 
+from collections import deque
 from types import SimpleNamespace
 
 import pytest
 
-from dflash_sglang.width.stats import RequestAcceptance, StepTimes
+from dflash_sglang.width.stats import RequestAcceptance, StepTimes, non_decreasing
 
 B = 4
 
@@ -71,16 +72,16 @@ def test_a_new_request_starts_from_the_pooled_acceptance():
 
 def test_step_times_make_non_decreasing_curves_and_keep_plain_steps_apart():
     times = StepTimes("cpu")
-    assert times.unmeasured_width(4, B) == 1  # plain decoding first, then the block, then half
+    assert times.unmeasured_width(4, range(1, B + 1)) == 1  # plain decoding first, then the block, then half
     times.add(times.plain, 4, 0.004)
-    assert times.unmeasured_width(4, B) == B
+    assert times.unmeasured_width(4, range(1, B + 1)) == B
     times.add(times.seconds, 4 * B, 0.010)
-    assert times.curve() is None and times.unmeasured_width(4, B) == B // 2
+    assert times.curve() is None and times.unmeasured_width(4, range(1, B + 1)) == B // 2
     times.add(times.seconds, 64, 0.008)  # noise: more tokens measured faster
     times.add(times.seconds, 4 * B, 0.020)  # the median of the two: 0.015
-    curve = times.curve()
-    assert curve.target(4 * B) == pytest.approx(0.015)
-    assert curve.target(64) == pytest.approx(0.015)
+    curve = times.curve()  # the medians (0.015 over 2 steps, 0.008 over 1) pooled: 0.038 / 3
+    assert curve.target(4 * B) == pytest.approx(0.038 / 3)
+    assert curve.target(64) == pytest.approx(0.038 / 3)
     assert curve.step(4, 1) == pytest.approx(0.004)  # width 1: the plain steps' own curve
     started = times.start(2, 1)
     times.stop(started)
@@ -103,3 +104,32 @@ def test_one_slow_step_does_not_reprice_a_width():
     for _ in range(5):  # the step really got slower: five in a row move it
         times.add(times.seconds, 64, 0.020)
     assert times.curve().target(64) == pytest.approx(0.020)
+
+
+def test_step_times_keep_each_batch_size_apart():
+    times = StepTimes("cpu")
+    times.record(1, 1, 0.002)
+    times.record(1, 8, 0.004)
+    times.record(2, 4, 0.009)  # 8 tokens again, at batch 2: dearer per step
+    times.record(1, 4, 0.003)
+    curve = times.curve()
+    assert curve.by_batch == {1: [(4, 0.003), (8, 0.004)], 2: [(4, 0.009)]}
+    assert curve.step(1, 8) == pytest.approx(0.004) and curve.step(2, 4) == pytest.approx(0.009)
+
+
+def test_step_times_price_the_host_gap_between_steps():
+    times = StepTimes("cpu")
+    for width in (1, 8, 4, 8):
+        started = times.start(1, width)
+        times.stop(started)
+    assert len(times.gaps) == 3 and times.curve().between_steps == pytest.approx(sorted(times.gaps)[1])
+
+
+def test_one_slow_median_at_a_rarely_run_width_does_not_raise_the_wider_ones():
+    """Isotonic pooling weights each median by its steps: width 5, run once and slowly, is pooled
+    with the widths above it (run five times each), instead of lifting them all to its own time."""
+    table = {4: deque([0.0096] * 5), 5: deque([0.0140]), 6: deque([0.0100] * 5), 8: deque([0.0102] * 5)}
+    points = dict(non_decreasing(table))
+    pooled = (0.0140 + 5 * 0.0100 + 5 * 0.0102) / 11  # 10.5 ms: a running maximum said 14
+    assert points[4] == pytest.approx(0.0096)
+    assert points[5] == points[6] == points[8] == pytest.approx(pooled)

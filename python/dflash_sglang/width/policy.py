@@ -10,11 +10,13 @@ drafted block; w = 1 is plain decoding) to maximise the expected committed token
   per position with a Beta prior, censored at the width each step used; a new request's prior is
   the server's pooled acceptance, worth a few steps of its own);
 - cost(bs, w) = target(bs * w) + drafter(bs) [w > 1]: the step's time as a function of the verify
-  tokens (StepCost: a piecewise-linear curve over measured points, extrapolated linearly), plus
-  the drafter's forward when there are drafts to verify. A step of width 1 skips the drafter, so
-  where it has been measured it has its own curve over the batch size (`plain_points`). The curve
-  is where load enters: on a compute-bound target, bs * w tokens cost about w times bs tokens, so
-  wide batches pick small w.
+  tokens (StepCost: a piecewise-linear curve over measured points), plus the drafter's forward
+  when there are drafts to verify. Where batch size bs has drafted steps of its own (`by_batch`),
+  they price its widths instead: a step's cost is not only its tokens (per-request work dominates
+  a small model on a CPU). A step of width 1 skips the drafter, so where it has been measured it
+  has its own curve over the batch size (`plain_points`). The curve is where load enters: on a
+  compute-bound target, bs * w tokens cost about w times bs tokens, so wide batches pick small w.
+  On a CPU every step also pays the scheduler's host work between steps (`between_steps`).
 
 Nothing here touches SGLang; the worker feeds it host-side numbers.
 """
@@ -22,6 +24,7 @@ Nothing here touches SGLang; the worker feeds it host-side numbers.
 from __future__ import annotations
 
 import bisect
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -34,23 +37,39 @@ class StepCost:
     drafter_per_request: float = 0.0
     drafter_fixed: float = 0.0
     plain_points: Sequence[tuple[int, float]] = ()  # measured width-1 steps: (batch size, seconds)
+    # Measured drafted steps of one batch size: {batch size: [(width, seconds), ...]}.
+    by_batch: dict = field(default_factory=dict)
+    between_steps: float = 0.0  # host seconds between two steps, whatever their width
 
     def target(self, tokens: int) -> float:
         return interpolate(self.points, tokens)
 
     def step(self, batch_size: int, width: int) -> float:
+        return self.forward(batch_size, width) + self.between_steps
+
+    def forward(self, batch_size: int, width: int) -> float:
         if width == 1 and self.plain_points:
             return interpolate(self.plain_points, batch_size)
+        own = self.by_batch.get(batch_size)
+        if width > 1 and own:  # this batch size's own steps; below them, a line from its plain step
+            plain = [(1, interpolate(self.plain_points, batch_size))] if self.plain_points else []
+            return interpolate(plain + list(own) if width < own[0][0] else own, width)
         drafter = self.drafter_fixed + self.drafter_per_request * batch_size if width > 1 else 0.0
         return self.target(batch_size * width) + drafter
 
 
 def interpolate(points: Sequence[tuple[int, float]], x: int) -> float:
-    """Piecewise-linear through the points, extrapolated from the end segments (one point: flat)."""
+    """Piecewise-linear through the points (one point: flat). Below the first point, the first
+    segment's slope; past the last, the gentlest segment's. Optimistic on purpose: a width priced
+    too low runs once and is measured, while one priced too high is never chosen and never
+    measured (two noisy points at small counts used to price every wide tree out)."""
     if len(points) == 1:
         return points[0][1]
     xs = [p for p, _ in points]
-    i = min(max(bisect.bisect_left(xs, x), 1), len(xs) - 1)  # the segment, or an end one
+    if x > xs[-1]:
+        gentlest = min((y1 - y0) / (x1 - x0) for (x0, y0), (x1, y1) in itertools.pairwise(points))
+        return points[-1][1] + max(gentlest, 0.0) * (x - xs[-1])
+    i = min(max(bisect.bisect_left(xs, x), 1), len(xs) - 1)  # the segment, or the first one
     (x0, y0), (x1, y1) = points[i - 1], points[i]
     return max(y0 + (y1 - y0) * (x - x0) / (x1 - x0), 1e-9)  # extrapolation stays positive
 
@@ -103,10 +122,28 @@ def best_width(profiles: Sequence, cost: StepCost, widths: Sequence[int]) -> int
     """The width of `widths` with the most expected committed tokens per second (ties: smaller).
     A profile gives `expected_tokens_at(widths)`: a chain's AcceptanceProfile, or a tree's
     (tree/widths.py)."""
+    return ranked_widths(profiles, cost, widths)[0].width
+
+
+@dataclass(frozen=True)
+class Estimate:
+    width: int
+    tokens: float  # expected committed tokens of the step, all requests
+    seconds: float  # the step's estimated cost
+
+    def __str__(self) -> str:
+        return f"{self.width}: {self.tokens:.1f} tok / {1000 * self.seconds:.1f} ms"
+
+
+def ranked_widths(profiles: Sequence, cost: StepCost, widths: Sequence[int]) -> list[Estimate]:
+    """Every width's estimate, from the most expected committed tokens per second to the fewest
+    (ties: smaller first)."""
     widths = sorted(widths)
     totals = [0.0] * len(widths)
     for profile in profiles:  # once per request: the policy runs every step
         for k, tokens in enumerate(profile.expected_tokens_at(widths)):
             totals[k] += tokens
-    rates = [total / cost.step(len(profiles), width) for total, width in zip(totals, widths, strict=True)]
-    return max(zip(widths, rates, strict=True), key=lambda pair: (pair[1], -pair[0]))[0]
+    estimates = [
+        Estimate(w, total, cost.step(len(profiles), w)) for w, total in zip(widths, totals, strict=True)
+    ]
+    return sorted(estimates, key=lambda e: (-e.tokens / e.seconds, e.width))

@@ -7,8 +7,9 @@
   histogram lags one step: the pairing is by order, so the lag costs nothing but freshness.
   Every step also feeds a pooled profile of all requests, and a new request starts from it (a
   request's first steps are sized by what drafts achieve on this server, not by a flat prior).
-- Step cost: the seconds of each decode step by its verify tokens (batch size x width), the
-  median of the last few steps per token count (one slow step, a CPU's scheduling hiccup, must not
+- Step cost: the seconds of each decode step by its batch size and width, and by its verify tokens
+  (batch size x width) for batch sizes without points of their own; the median of the last few
+  steps per key (one slow step, a CPU's scheduling hiccup, must not
   price a width out until it runs again); steps of width 1 (no drafter) kept apart, by batch size.
   Timed with CUDA events read a step later (never waiting) on a GPU, or the host clock on a CPU,
   where the step computes synchronously.
@@ -20,6 +21,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections import deque
+from collections.abc import Sequence
 
 import torch
 
@@ -71,10 +73,22 @@ class StepTimes:
         self.window = window
         self.seconds: dict[int, deque] = {}  # drafted steps' recent seconds, by verify tokens
         self.plain: dict[int, deque] = {}  # width-1 steps' (no drafter), by batch size
+        # Drafted steps again, by batch size and then width: where a batch size has its own
+        # points, they price its widths (a CPU step is mostly per-request cost, so 8 tokens at
+        # batch 2 cost more than 8 at batch 1, and one curve over tokens mixed the two).
+        self.by_batch: dict[int, dict[int, deque]] = {}
         self.open: deque = deque()  # steps not read yet
+        # On a CPU the scheduler's host work between two steps adds to every step, whatever its
+        # width: left out, it made narrow steps (more of them per token) look cheaper than they
+        # are. The median of recent gaps (an idle server's long gaps are the few). On a GPU the
+        # overlap loop hides that work behind the device, and events time the device.
+        self.gaps: deque = deque(maxlen=15)
+        self.stopped_at: float | None = None
 
     def start(self, batch_size: int, width: int):
-        key = (self.plain, batch_size) if width == 1 else (self.seconds, batch_size * width)
+        key = (batch_size, width)
+        if not self.on_gpu and self.stopped_at is not None:
+            self.gaps.append(time.perf_counter() - self.stopped_at)
         if self.on_gpu:
             start = torch.cuda.Event(enable_timing=True)
             start.record()
@@ -89,9 +103,17 @@ class StepTimes:
             self.open.append((key, start, end))
             while self.open and self.open[0][2].query():  # finished steps only: never wait
                 key, start, end = self.open.popleft()
-                self.add(*key, start.elapsed_time(end) / 1000)
+                self.record(*key, start.elapsed_time(end) / 1000)
         else:
-            self.add(*key, time.perf_counter() - start)
+            self.stopped_at = time.perf_counter()
+            self.record(*key, self.stopped_at - start)
+
+    def record(self, batch_size: int, width: int, seconds: float) -> None:
+        if width == 1:
+            self.add(self.plain, batch_size, seconds)
+        else:
+            self.add(self.seconds, batch_size * width, seconds)
+            self.add(self.by_batch.setdefault(batch_size, {}), width, seconds)
 
     def add(self, table: dict, count: int, seconds: float) -> None:
         table.setdefault(count, deque(maxlen=self.window)).append(seconds)
@@ -101,7 +123,12 @@ class StepTimes:
         whatever the noise); None until two drafted token counts and a width-1 step are seen."""
         if len(self.seconds) < 2 or not self.plain:
             return None
-        return StepCost(non_decreasing(self.seconds), plain_points=non_decreasing(self.plain))
+        by_batch = {bs: non_decreasing(widths) for bs, widths in self.by_batch.items()}
+        between = statistics.median(self.gaps) if self.gaps else 0.0
+        plain = non_decreasing(self.plain)
+        return StepCost(
+            non_decreasing(self.seconds), plain_points=plain, by_batch=by_batch, between_steps=between
+        )
 
     def unmeasured_plain(self, batch_size: int) -> bool:
         """Plain decoding not timed yet at this batch size. Its curve is by batch size, and one
@@ -109,19 +136,34 @@ class StepTimes:
         requests whose drafts fail would verify width 2 forever)."""
         return batch_size not in self.plain
 
-    def unmeasured_width(self, batch_size: int, block_size: int) -> int | None:
-        """A width still to time before the curves exist: the whole block, half of it, plain."""
+    def unmeasured_width(self, batch_size: int, widths: Sequence[int]) -> int | None:
+        """A width still to time before the curves exist: plain, the widest, the one nearest half
+        of it (of the candidate `widths`)."""
         if not self.plain:
             return 1
-        for width in (block_size, max(2, block_size // 2)):
-            if batch_size * width not in self.seconds:
+        widest = max(widths)
+        half = min((w for w in widths if 1 < w < widest), key=lambda w: abs(2 * w - widest), default=None)
+        for width in (widest, half):
+            if width is not None and batch_size * width not in self.seconds:
                 return width
         return None
 
 
 def non_decreasing(table: dict[int, deque]) -> list[tuple[int, float]]:
-    points, most = [], 0.0
+    """The medians by key, made non-decreasing by pooling adjacent violators (isotonic least
+    squares, each median weighted by its steps). A running maximum let one slow median at a
+    rarely run key raise every key above it: a chain server priced width 8 at batch 1 1.2 ms
+    dearer than width 4, where forced runs of each took the same time."""
+    blocks: list[list] = []  # [first key, total weight, weighted sum]
     for count, recent in sorted(table.items()):
-        most = max(most, statistics.median(recent))
-        points.append((count, most))
+        blocks.append([count, len(recent), len(recent) * statistics.median(recent)])
+        while len(blocks) > 1 and blocks[-2][2] / blocks[-2][1] > blocks[-1][2] / blocks[-1][1]:
+            _, weight, total = blocks.pop()
+            blocks[-1][1] += weight
+            blocks[-1][2] += total
+    level = {first: total / weight for first, weight, total in blocks}
+    points, value = [], 0.0
+    for count in sorted(table):
+        value = level.get(count, value)
+        points.append((count, value))
     return points
