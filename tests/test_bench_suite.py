@@ -44,10 +44,12 @@ def test_tree_variants_pass_their_width_as_the_verify_tokens():
     """The suite passes `block` as --speculative-num-draft-tokens: a tree's N must travel there,
     or the drafter's block overrides it (the first tree run measured N = 8 for every tree)."""
     trees = [v for v in suite.TREE_VARIANTS if "--speculative-eagle-topk" in v.args]
-    assert [(v.args[1], v.block) for v in trees] == [("4", 16), ("8", 32), ("8", 64), ("8", 64)]
+    assert [(v.args[1], v.block) for v in trees] == [("4", 16), ("4", 16), ("8", 32), ("8", 64), ("8", 64)]
     assert all("--speculative-num-draft-tokens" not in v.args for v in trees)
-    # The last runs the same tree with the adaptive width choosing its budgets.
-    assert [v.env.get("DFLASH_SGLANG_ADAPTIVE_WIDTH") for v in trees] == [None, None, None, "1"]
+    # Fixed trees turn the adaptive width off; the adaptive ones leave the switch unset (the
+    # default on CPU), as the seed cards' commands do.
+    assert [v.env["DFLASH_SGLANG_ADAPTIVE_WIDTH"] for v in trees] == ["0", "", "0", "0", ""]
+    assert [v.label.endswith("adaptive") for v in trees] == [False, True, False, False, True]
 
 
 def test_missing_trained_pair_falls_back_to_the_random_pair(tmp_path, monkeypatch, capsys):

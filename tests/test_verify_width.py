@@ -73,6 +73,7 @@ def test_adaptive_explores_one_width_wider_every_so_often(monkeypatch):
     times.add(times.plain, 1, 0.010)
     times.add(times.seconds, 8, 0.030)
     times.add(times.seconds, 4, 0.020)
+    widths.ran_widest = verify_width.WIDEST_FIRST  # past the first widest steps (below)
     batch = fake_batch(1)
     widths.acceptance.pooled.accepted = [0] * 7
     widths.acceptance.pooled.reached = [1000] * 7
@@ -80,3 +81,85 @@ def test_adaptive_explores_one_width_wider_every_so_often(monkeypatch):
     explored = [i for i, width in enumerate(chosen) if width != 1]
     every = verify_width.EXPLORE_EVERY
     assert explored == [every - 1, 2 * every - 1, 3 * every - 1] and {chosen[i] for i in explored} == {2}
+
+
+def test_adaptive_explores_the_best_rated_wider_width(monkeypatch):
+    """A tree settled at 5 nodes whose estimates nearly favour 16 explores 16, not the next wider
+    budget (9): one wide step measures what every smaller tree would have accepted, and its cost."""
+    monkeypatch.delenv(WIDTHS_ENV, raising=False)
+    monkeypatch.setenv(verify_width.ADAPTIVE_ENV, "1")
+    widths = VerifyWidth(8, tree_nodes=16)
+    assert widths.candidates == [1, 2, 3, 5, 9, 16]
+    times = widths.times
+    times.add(times.plain, 1, 0.010)
+    for tokens, seconds in ((3, 0.0110), (5, 0.0112), (9, 0.0150), (16, 0.0152)):
+        times.add(times.seconds, tokens, seconds)
+    pooled = widths.acceptance.pooled  # budgets 0, 1, 2, 4, 8, 15: mean accepted drafts
+    pooled.prior_means, pooled.prior_weight = [0.0, 0.9, 1.5, 2.0, 2.1, 2.6], 1000.0
+    widths.ran_widest = verify_width.WIDEST_FIRST  # past the first widest steps (below)
+    batch = fake_batch(1)
+    chosen = [widths.choose(batch) for _ in range(verify_width.EXPLORE_EVERY)]
+    assert set(chosen[:-1]) == {5} and chosen[-1] == 16
+
+
+def test_adaptive_explores_the_widest_often_until_it_has_run_a_few_times(monkeypatch):
+    """One widest step shows what every narrower width would have accepted: the first steps
+    explore it every EXPLORE_FIRST_EVERY-th step until it has run WIDEST_FIRST times."""
+    monkeypatch.delenv(WIDTHS_ENV, raising=False)
+    monkeypatch.setenv(verify_width.ADAPTIVE_ENV, "1")
+    widths = VerifyWidth(8)
+    times = widths.times
+    times.add(times.plain, 1, 0.010)
+    times.add(times.seconds, 8, 0.030)
+    times.add(times.seconds, 4, 0.020)
+    widths.acceptance.pooled.accepted = [0] * 7  # drafts that never fit: plain decoding wins
+    widths.acceptance.pooled.reached = [1000] * 7
+    batch = fake_batch(1)
+    first, every = verify_width.WIDEST_FIRST, verify_width.EXPLORE_FIRST_EVERY
+    chosen = [widths.choose(batch) for _ in range(first * every + verify_width.EXPLORE_EVERY)]
+    widest = [i for i, width in enumerate(chosen) if width == 8]
+    assert widest == [every * (k + 1) - 1 for k in range(first)]
+    assert set(chosen) == {1, 2, 8}  # then the usual exploration, of width 2
+
+
+@pytest.mark.parametrize(
+    ("text", "default_off_because", "adaptive"),
+    [("", None, True), ("0", None, False), ("1", None, True), ("", "graphs", False), ("1", "graphs", True)],
+)
+def test_the_adaptive_width_is_on_by_default_where_nothing_stops_it(
+    monkeypatch, text, default_off_because, adaptive
+):
+    """Unset: on unless the server has a reason (adaptive_default_off_because); 0 and 1 decide."""
+    monkeypatch.delenv(WIDTHS_ENV, raising=False)
+    monkeypatch.setenv(verify_width.ADAPTIVE_ENV, text)
+    widths = VerifyWidth(8, default_off_because=default_off_because)
+    assert widths.adaptive is adaptive
+    if not text:  # the startup log says it was the default, and how to change it
+        switch = f"{verify_width.ADAPTIVE_ENV}={0 if adaptive else 1}"
+        assert "default" in widths.describe and switch in widths.describe
+
+
+def test_a_bad_adaptive_switch_fails_at_startup_naming_it(monkeypatch):
+    monkeypatch.setenv(verify_width.ADAPTIVE_ENV, "maybe")
+    with pytest.raises(DFlashConfigError, match=verify_width.ADAPTIVE_ENV):
+        VerifyWidth(8, default_off_because=None)
+
+
+def test_attention_dp_keeps_the_default_off_and_refuses_the_switch(monkeypatch):
+    monkeypatch.setattr(verify_width.dp_attention, "enabled", lambda: True)
+    monkeypatch.delenv(verify_width.ADAPTIVE_ENV, raising=False)
+    assert not VerifyWidth(8, default_off_because=None).adaptive
+    monkeypatch.setenv(verify_width.ADAPTIVE_ENV, "1")
+    with pytest.raises(DFlashConfigError, match="--enable-dp-attention"):
+        VerifyWidth(8, default_off_because=None)
+
+
+def test_why_the_default_is_off():
+    """Off where a narrow step would lose the verify graph the widest keeps; on otherwise (CPU:
+    SGLang captures no verify graph for speculative decoding)."""
+    from types import SimpleNamespace
+
+    from dflash_sglang.width.verify_width import adaptive_default_off_because
+
+    assert adaptive_default_off_because(SimpleNamespace(decode_cuda_graph_runner=None)) is None
+    assert "graphs" in adaptive_default_off_because(SimpleNamespace(decode_cuda_graph_runner=object()))

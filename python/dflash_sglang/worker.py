@@ -59,7 +59,7 @@ from .step.tp_agreement import TpAgreement, draft_scope
 from .tree import verify as tree_verify
 from .tree.switches import tree_settings
 from .width.simulated_acceptance import SimulatedAcceptance
-from .width.verify_width import VerifyWidth
+from .width.verify_width import VerifyWidth, adaptive_default_off_because
 
 logger = logging.getLogger(__name__)
 
@@ -114,7 +114,9 @@ class DFlashWorker(Drafting, BaseSpecWorker):
         self.drafter = DrafterStream(self.device, enabled=self.wants_drafter_stream(server_args))
         # How much of each block (or how many tree nodes) a step verifies (width/verify_width.py).
         tree_nodes = self.tree.width if self.tree else None
-        self.widths = VerifyWidth(self.block_size, self.device, get_parallel().tp_group, tree_nodes)
+        off_because = adaptive_default_off_because(self.model_runner)
+        tp_group = get_parallel().tp_group
+        self.widths = VerifyWidth(self.block_size, self.device, tp_group, tree_nodes, off_because)
         if self.tree is not None:  # refuses what trees do not serve yet; the drafter's log q
             one_path = (
                 self.draft_model.candidate_selector is not None or self.draft_model.prefix_gru is not None

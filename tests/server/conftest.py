@@ -22,6 +22,7 @@ import os
 import pytest
 
 from dflash_sglang.testing.server import SGLangServer
+from dflash_sglang.width.verify_width import ADAPTIVE_ENV
 
 from .pairs import make_pair
 
@@ -32,6 +33,20 @@ PLAIN = {"SGLANG_ENABLE_SPEC_V2": "", "SGLANG_ENABLE_DFLASH_SPEC_V2": ""}
 
 
 SPAWN = {"DFLASH_SGLANG_FORK_SUBPROCESSES": ""}  # SGLang's own start method, as users run it
+
+
+@pytest.fixture(scope="session", autouse=True)
+def whole_block_widths():
+    """Every server verifies whole blocks unless its test sets DFLASH_SGLANG_ADAPTIVE_WIDTH (the
+    adaptive width is the default on CPU): the oracles count the verify steps of whole blocks.
+    test_verify_width's adaptive server unsets it and runs the default."""
+    previous = os.environ.get(ADAPTIVE_ENV)
+    os.environ[ADAPTIVE_ENV] = "0"
+    yield
+    if previous is None:
+        del os.environ[ADAPTIVE_ENV]
+    else:
+        os.environ[ADAPTIVE_ENV] = previous
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -47,7 +47,7 @@ PATHS = {
     "hybrid no_buffer, plain worker, width cycle": "test_hybrid_worker.py",
     "hybrid draft window 12, overlap worker": "test_hybrid_worker.py",
     "draft window, plain worker": "test_draft_window.py",
-    "draft window, sliding drafter, overlap worker": "test_draft_window.py",
+    "draft window, sliding drafter, overlap worker, width cycle": "test_draft_window.py",
     "TP=2, overlap worker": "test_tp.py",
     "TP=2, plain worker, Laguna + Domino drafter": "test_tp.py",
     "TP=2, plain worker, draft window": "test_tp.py",

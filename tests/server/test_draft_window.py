@@ -4,7 +4,8 @@ W + B slots per request. Prompts and outputs far longer than the window, alone, 
 through a radix-cache hit, give exactly the no-spec server's tokens; the draft KV pool is sized by
 the window, not by the target's pool; sampled requests at law_matrix.SETTINGS (temperatures,
 filters, a penalty) run past the window and follow the target's law, controls fail. Plain worker
-with a full-attention drafter, overlap worker (host-sync check on) with a sliding-window drafter.
+with a full-attention drafter, overlap worker (host-sync check on) with a sliding-window drafter
+and verify widths forced through a cycle (so the adaptive width is the default with a window too).
 """
 
 from __future__ import annotations
@@ -24,8 +25,11 @@ MAX_NEW = 48
 CASES = {
     # name: (env, window, block, sliding drafter window or None)
     "plain-full-drafter-w16-b8": ({"SGLANG_ENABLE_SPEC_V2": ""}, 16, 8, None),
-    "overlap-sliding-drafter-w12-b4": (
-        {"SGLANG_ENABLE_SPEC_V2": "1", "DFLASH_SGLANG_CHECK_HOST_SYNC": "1"}, 12, 4, 6),
+    # Widths forced through the block, plain decoding and partial blocks, step by step: the ring
+    # advances by what each step commits, whatever it verified.
+    "overlap-sliding-drafter-w12-b4-widths": (
+        {"SGLANG_ENABLE_SPEC_V2": "1", "DFLASH_SGLANG_CHECK_HOST_SYNC": "1",
+         "DFLASH_SGLANG_VERIFY_WIDTHS": "4,1,2,4,3"}, 12, 4, 6),
 }  # fmt: skip
 
 
@@ -88,6 +92,6 @@ def test_the_sampled_law_with_real_filters_past_the_window(windowed, pair8, prom
     server = windowed[0]
     path = {
         "plain-full-drafter-w16-b8": "draft window, plain worker",
-        "overlap-sliding-drafter-w12-b4": "draft window, sliding drafter, overlap worker",
+        "overlap-sliding-drafter-w12-b4-widths": "draft window, sliding drafter, overlap worker, width cycle",
     }[server.kind]
     assert_every_setting_follows_the_law(path, server, load(pair8.target, pair8.draft)[1], prompt_ids)

@@ -4,9 +4,10 @@ blocks in turn, so consecutive steps switch width, per step, across the batch.
 
 - dense target (block 8), overlap and sync workers: prompts one at a time, 8 concurrent and a
   radix hit equal the engine-free reference (the target's greedy output);
-- the adaptive width (`DFLASH_SGLANG_ADAPTIVE_WIDTH=1`, overlap worker): outputs equal the
-  reference while the policy picks widths from what it measures (past REPORT_EVERY steps), and
-  the log shows what ran;
+- the adaptive width, as a server launched without the switch gets it on CPU (the default where no
+  verify has a graph; the session pins `DFLASH_SGLANG_ADAPTIVE_WIDTH=0` for every other server),
+  overlap worker: outputs equal the reference while the policy picks widths from what it measures
+  (past REPORT_EVERY steps), and the log says it is the default and shows what ran;
 - under the overlap worker (host-sync check on), forced and adaptive, sampled requests at
   law_matrix.SETTINGS (temperatures, filters, a penalty) follow the target's law, controls fail;
 Hybrid (Gated DeltaNet) targets commit their recurrent state at every width in
@@ -74,7 +75,7 @@ def test_greedy_equals_the_reference_alone_concurrently_and_on_a_radix_hit(pair,
 
 @pytest.fixture(scope="module")
 def adaptive(pair):
-    env = {**OVERLAP_CHECKED, ADAPTIVE_ENV: "1"}
+    env = {**OVERLAP_CHECKED, ADAPTIVE_ENV: ""}  # unset: the default
     with SGLangServer(pair.target, dflash_args(pair, BLOCK), env=env) as server:
         yield server
 
@@ -88,7 +89,7 @@ def test_the_adaptive_width_is_exact_and_reports_what_ran(pair, adaptive, prompt
     log = adaptive.log_path.read_text()
     assert [out["output_ids"] for out in alone] == want * 2
     assert [out["output_ids"] for out in together] == want
-    assert "verify width adaptive" in log
+    assert f"verify width adaptive (the default here; {ADAPTIVE_ENV}=0 turns it off)" in log
     assert steps >= REPORT_EVERY and f"verify widths of the last {REPORT_EVERY} steps" in log
 
 

@@ -3,9 +3,10 @@
     python -m dflash_sglang.bench.suite --pair python/dflash_sglang/assets/tiny-pair --out docs/bench
 
 Servers, each started, benchmarked at every concurrency and stopped before the next: no
-speculation (the baseline), our worker with SGLANG_ENABLE_SPEC_V2=1 (the overlap worker), our
-worker without it, SGLang's built-in DFLASH worker (DFLASH_SGLANG_WORKER=builtin), and our worker
-at block sizes 4 and 16 (the pair's drafter is trained at 8: acceptance per block size). Writes
+speculation (the baseline), our worker with SGLANG_ENABLE_SPEC_V2=1 (the overlap worker) as
+launched (the adaptive width, the default on CPU) and with whole blocks, our worker without it,
+SGLang's built-in DFLASH worker (DFLASH_SGLANG_WORKER=builtin), and our worker at block sizes 4
+and 16 (the pair's drafter is trained at 8: acceptance per block size). Writes
 `tiny-cpu.{md,json}` and PNGs into --out, and the same tables between the `make bench` markers of
 --docs (docs/benchmarks.md). Then the same at `--tp-size 2` (two ranks over gloo, one core each):
 no speculation, our overlap worker and SGLang's built-in, into `tiny-cpu-tp2.*` and the
@@ -54,7 +55,16 @@ class Variant:
 VARIANTS = [
     Variant("no-spec", False, notes="plain decoding (the baseline)"),
     Variant(
-        "dflash_sglang spec-v2", True, {"SGLANG_ENABLE_SPEC_V2": "1"}, "our worker, SGLANG_ENABLE_SPEC_V2=1"
+        "dflash_sglang spec-v2",
+        True,
+        {"SGLANG_ENABLE_SPEC_V2": "1"},
+        "our worker, SGLANG_ENABLE_SPEC_V2=1 (the adaptive width, the default on CPU)",
+    ),
+    Variant(
+        "dflash_sglang spec-v2 fixed",
+        True,
+        {"SGLANG_ENABLE_SPEC_V2": "1", "DFLASH_SGLANG_ADAPTIVE_WIDTH": "0"},
+        "our worker, SGLANG_ENABLE_SPEC_V2=1, DFLASH_SGLANG_ADAPTIVE_WIDTH=0 (every step the whole block)",
     ),
     Variant("dflash_sglang", True, notes="our worker"),
     Variant("sglang built-in", True, {"DFLASH_SGLANG_WORKER": "builtin"}, "DFLASH_SGLANG_WORKER=builtin"),
@@ -80,11 +90,16 @@ TP2_VARIANTS = [
 OVERLAP = {"SGLANG_ENABLE_SPEC_V2": "1"}
 
 
+# The adaptive width is the default on CPU (width/verify_width.py): "fixed" servers turn it off,
+# "adaptive" ones leave the switch unset, as a user launching the seed cards' commands would.
+FIXED, DEFAULT = {"DFLASH_SGLANG_ADAPTIVE_WIDTH": "0"}, {"DFLASH_SGLANG_ADAPTIVE_WIDTH": ""}
+
+
 def tree_variant(topk: int, width: int, adaptive: bool = False) -> Variant:
     notes = f"our worker, SGLANG_ENABLE_SPEC_V2=1, --speculative-eagle-topk {topk} "
     notes += f"--speculative-num-draft-tokens {width}"
-    env = {**OVERLAP, "DFLASH_SGLANG_ADAPTIVE_WIDTH": "1"} if adaptive else OVERLAP
-    notes += ", DFLASH_SGLANG_ADAPTIVE_WIDTH=1 (tree budgets as widths)" if adaptive else ""
+    env = {**OVERLAP, **(DEFAULT if adaptive else FIXED)}
+    notes += ", the adaptive width (the default; tree budgets as widths)" if adaptive else ", fixed (=0)"
     # N travels as the block: the suite passes it as --speculative-num-draft-tokens.
     args = ("--speculative-eagle-topk", str(topk))
     label = f"tree k{topk} n{width}" + (" adaptive" if adaptive else "")
@@ -93,12 +108,15 @@ def tree_variant(topk: int, width: int, adaptive: bool = False) -> Variant:
 
 TREE_VARIANTS = [
     Variant("no-spec", False, notes="plain decoding (the baseline)"),
-    Variant("chain", True, OVERLAP, "our worker, SGLANG_ENABLE_SPEC_V2=1 (the drafter's block, 8)"),
+    Variant("chain", True, {**OVERLAP, **FIXED}, "our worker, SGLANG_ENABLE_SPEC_V2=1 (whole blocks of 8)"),
+    Variant("chain adaptive", True, {**OVERLAP, **DEFAULT},
+            "our worker, SGLANG_ENABLE_SPEC_V2=1, block 8, the adaptive width (the default)"),
     tree_variant(4, 16),
+    tree_variant(4, 16, adaptive=True),
     tree_variant(8, 32),
     tree_variant(8, 64),
     tree_variant(8, 64, adaptive=True),
-]
+]  # fmt: skip
 
 # Trees on a hybrid (Gated DeltaNet) target: a random Qwen3.5-style pair written for the run (no
 # trained hybrid pair ships), float32 conv state, extra_buffer, the overlap worker.

@@ -14,11 +14,14 @@ scheduler announces each rank's token count as bs x B before the step, so the wi
 Trees (`--speculative-eagle-topk K > 1`): a width w is a tree of w nodes, budget w - 1, up to the
 N of `--speculative-num-draft-tokens`; the policy considers the budgets of tree/widths.py.
 
-Switches: `DFLASH_SGLANG_ADAPTIVE_WIDTH=1` chooses each step's width by expected committed tokens
-per second (width/policy.py, from width/stats.py's per-request acceptance and measured step times;
-rank 0's choice on every TP rank). `DFLASH_SGLANG_VERIFY_WIDTHS="8,1,4"` forces a cycle of widths
-step by step (a testing and benchmarking switch: the lossless-across-switching tests use it).
-Neither: every step verifies the whole block.
+Switches: the adaptive width chooses each step's width by expected committed tokens per second
+(width/policy.py, from width/stats.py's per-request acceptance and measured step times; rank 0's
+choice on every TP rank). It is on by default wherever no width would lose a graph: the target's
+verify runs without graphs (CPU, `--disable-cuda-graph`) and no attention DP.
+`DFLASH_SGLANG_ADAPTIVE_WIDTH=0` turns it off (every step verifies the whole block), `=1` on
+(GPU graphs included: narrower steps then verify eager). `DFLASH_SGLANG_VERIFY_WIDTHS="8,1,4"`
+forces a cycle of widths step by step (a testing and benchmarking switch: the
+lossless-across-switching tests use it).
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from ..errors import DFlashConfigError
 from ..runtime import dp_attention
 from ..runtime.block import block_kv_plan
 from ..tree.widths import TreeAcceptance, tree_widths
-from .policy import best_width
+from .policy import ranked_widths
 from .stats import RequestAcceptance, StepTimes
 
 logger = logging.getLogger(__name__)
@@ -41,17 +44,40 @@ logger = logging.getLogger(__name__)
 WIDTHS_ENV = "DFLASH_SGLANG_VERIFY_WIDTHS"
 ADAPTIVE_ENV = "DFLASH_SGLANG_ADAPTIVE_WIDTH"
 REPORT_EVERY = 100  # steps between log lines of the widths that ran (SGLang logs decode every 40)
-# Every so many adaptive steps, one candidate wider than the choice: a step verifies only its own
-# width's drafts, so without it a policy that settled narrow (plain decoding above all, which
-# tests no draft) would never see the drafts beyond it improve.
+# Every so many adaptive steps, the best-rated candidate wider than the choice: a step verifies
+# only its own width's drafts (and is timed at its own width), so without it a policy that settled
+# narrow (plain decoding above all, which tests no draft) would never see the drafts or the
+# costs beyond it. Best-rated, not the next wider: drafts that never fit explore width 2, while a
+# tree settled at 5 nodes explores the 16 its estimates nearly favour.
 EXPLORE_EVERY = 16
+# Until the widest has run this often, every EXPLORE_FIRST_EVERY-th step explores it instead:
+# one widest step shows what every narrower width would have accepted (a chain's positions, a
+# tree's smaller budgets), so the estimates stop leaning on the prior early. Without it a tree
+# server climbed from 5 nodes to its best 16 only after about 400 steps.
+WIDEST_FIRST, EXPLORE_FIRST_EVERY = 8, 4
 
 
-def adaptive_requested() -> bool:
-    on = os.environ.get(ADAPTIVE_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+def adaptive_requested(by_default: bool = False) -> bool:
+    """The switch: `1` on, `0` off, unset (or empty) `by_default`."""
+    text = os.environ.get(ADAPTIVE_ENV, "").strip().lower()
+    if text in ("", "default"):
+        return by_default and not dp_attention.enabled()
+    if text not in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+        raise DFlashConfigError(f"{ADAPTIVE_ENV}={text!r}: expected 1 (on) or 0 (off)")
+    on = text in ("1", "true", "yes", "on")
     if on and dp_attention.enabled():
         raise DFlashConfigError(f"{ADAPTIVE_ENV} with --enable-dp-attention: DP ranks verify whole blocks")
     return on
+
+
+def adaptive_default_off_because(model_runner) -> str | None:
+    """Why the adaptive width is off by default on this server, or None where it is on: a width
+    narrower than the widest runs its verify eager, so it defaults on only where no verify has a
+    graph to lose (per-width verify graphs are not built yet). On CPU SGLang captures none for
+    speculative decoding (its CPUGraphRunner refuses it)."""
+    if getattr(model_runner, "decode_cuda_graph_runner", None) is not None:
+        return "the target's verify runs graphs"
+    return None
 
 
 def forced_widths(widest: int) -> tuple[int, ...]:
@@ -76,10 +102,16 @@ class VerifyWidth:
     """The width of every decode step: the widest (the block, or a tree's N nodes), the forced
     cycle, or the adaptive choice."""
 
-    def __init__(self, block_size: int, device="cpu", tp_group=None, tree_nodes: int | None = None):
+    def __init__(
+        self, block_size: int, device="cpu", tp_group=None, tree_nodes: int | None = None,
+        default_off_because: str | None = "",
+    ):  # fmt: skip
+        """default_off_because: why the adaptive width is off unless asked for (None: on unless
+        asked off; adaptive_default_off_because)."""
         self.widest, self.tp_group = tree_nodes or block_size, tp_group
         self.pattern = forced_widths(self.widest)
-        self.adaptive = not self.pattern and adaptive_requested()
+        self.adaptive = not self.pattern and adaptive_requested(by_default=default_off_because is None)
+        self.default_off_because = default_off_because
         self.candidates = tree_widths(self.widest) if tree_nodes else range(1, block_size + 1)
         self.acceptance = None
         if self.adaptive:
@@ -89,13 +121,20 @@ class VerifyWidth:
                 else RequestAcceptance(block_size - 1)
             )
         self.times = StepTimes(device) if self.adaptive else None
-        self.steps, self.ran, self.step_started = 0, Counter(), None
+        self.steps, self.ran, self.step_started, self.ran_widest = 0, Counter(), None, 0
+        self.last_view = None  # (batch size, the ranked estimates) of the latest adaptive choice
 
     @property
     def describe(self) -> str:
         if self.pattern:
             return f"forced cycle {list(self.pattern)}"
-        return "adaptive" if self.adaptive else "the block size"
+        explicit = os.environ.get(ADAPTIVE_ENV, "").strip().lower() not in ("", "default")
+        if self.adaptive:
+            return "adaptive" if explicit else f"adaptive (the default here; {ADAPTIVE_ENV}=0 turns it off)"
+        if explicit or not self.default_off_because:
+            return "the block size"
+        why = self.default_off_because
+        return f"the block size (adaptive off by default: {why}; {ADAPTIVE_ENV}=1 turns it on)"
 
     def choose(self, batch) -> int:
         if self.pattern:
@@ -108,6 +147,11 @@ class VerifyWidth:
         self.ran[width] += 1
         if self.steps % REPORT_EVERY == 0:  # what ran, when the width varies
             logger.info("dflash_sglang: verify widths of the last %d steps: %s", REPORT_EVERY, dict(self.ran))
+            if self.last_view is not None:  # why: the latest choice's estimates, best first
+                bs, ranked = self.last_view
+                logger.info(
+                    "dflash_sglang: adaptive width estimates at batch %d: %s", bs, ", ".join(map(str, ranked))
+                )
             self.ran.clear()
         return width
 
@@ -115,13 +159,18 @@ class VerifyWidth:
         profiles = self.acceptance.profiles(batch.reqs)
         curve = self.times.curve()
         if curve is None:  # time the whole block, half of it and plain decoding first
-            width = self.times.unmeasured_width(len(batch.reqs), self.widest) or self.widest
+            width = self.times.unmeasured_width(len(batch.reqs), self.candidates) or self.widest
         elif self.times.unmeasured_plain(len(batch.reqs)):  # one cheap step a new batch size
             width = 1
         else:
-            width = best_width(profiles, curve, self.candidates)
-            if self.steps % EXPLORE_EVERY == EXPLORE_EVERY - 1:
-                width = next((w for w in self.candidates if w > width), width)
+            ranked = ranked_widths(profiles, curve, self.candidates)
+            self.last_view = (len(batch.reqs), ranked)
+            width = ranked[0].width
+            if self.ran_widest < WIDEST_FIRST and self.steps % EXPLORE_FIRST_EVERY == EXPLORE_FIRST_EVERY - 1:
+                width = self.widest
+            elif self.steps % EXPLORE_EVERY == EXPLORE_EVERY - 1:
+                width = next((e.width for e in ranked if e.width > width), width)
+        self.ran_widest += width == self.widest
         if self.tp_group is not None and self.tp_group.world_size > 1:
             width = self.tp_group.broadcast_object(width)  # rank 0's timings decide for all
         self.acceptance.verified(batch.reqs, width)
