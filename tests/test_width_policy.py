@@ -113,13 +113,14 @@ def test_load_moves_the_choice():
         assert best_width([profile_with(bad) for _ in range(bs)], cost, WIDTHS) == 1
 
 
-def test_past_the_last_measured_count_the_curve_takes_its_gentlest_slope():
-    """Two noisy points at small counts (a steep segment) must not price wide steps out: past the
-    last point the curve rises at its gentlest measured slope, so a wide step looks cheap enough
-    to run once and be measured."""
+def test_past_the_last_measured_count_the_curve_takes_its_chord():
+    """Two noisy points at small counts (a steep last segment) must not price wide steps out: past
+    the last point the curve rises at its chord's slope (first point to last), so a wide step
+    looks cheap enough to run once and be measured; a flat (pooled) segment does not make every
+    wider width free."""
     cost = StepCost([(8, 0.010), (16, 0.014), (20, 0.0141)])
     assert cost.target(16) == pytest.approx(0.014)  # inside: the segment's own line
-    assert cost.target(40) == pytest.approx(0.0141 + 20 * 0.0001 / 4)
+    assert cost.target(40) == pytest.approx(0.0141 + 20 * 0.0041 / 12)
     assert cost.target(4) == pytest.approx(0.008)  # below: the first segment's slope
     assert StepCost([(8, 0.010), (16, 0.009)]).target(64) == pytest.approx(0.009)  # never falls
 

@@ -24,7 +24,6 @@ Nothing here touches SGLang; the worker feeds it host-side numbers.
 from __future__ import annotations
 
 import bisect
-import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -60,15 +59,16 @@ class StepCost:
 
 def interpolate(points: Sequence[tuple[int, float]], x: int) -> float:
     """Piecewise-linear through the points (one point: flat). Below the first point, the first
-    segment's slope; past the last, the gentlest segment's. Optimistic on purpose: a width priced
-    too low runs once and is measured, while one priced too high is never chosen and never
-    measured (two noisy points at small counts used to price every wide tree out)."""
+    segment's slope; past the last, the chord's (first point to last). Optimistic on purpose: a
+    width priced too low runs once and is measured, while one priced too high is never chosen and
+    never measured (two noisy points at small counts used to price every wide tree out). Not the
+    gentlest segment's: pooled (flat) segments made every wider width look free."""
     if len(points) == 1:
         return points[0][1]
     xs = [p for p, _ in points]
     if x > xs[-1]:
-        gentlest = min((y1 - y0) / (x1 - x0) for (x0, y0), (x1, y1) in itertools.pairwise(points))
-        return points[-1][1] + max(gentlest, 0.0) * (x - xs[-1])
+        (x0, y0), (x1, y1) = points[0], points[-1]
+        return y1 + max((y1 - y0) / (x1 - x0), 0.0) * (x - x1)
     i = min(max(bisect.bisect_left(xs, x), 1), len(xs) - 1)  # the segment, or the first one
     (x0, y0), (x1, y1) = points[i - 1], points[i]
     return max(y0 + (y1 - y0) * (x - x0) / (x1 - x0), 1e-9)  # extrapolation stays positive
