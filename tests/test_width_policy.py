@@ -147,6 +147,11 @@ def test_a_batch_size_with_steps_of_its_own_is_priced_by_them():
     assert cost.step(2, 2) == pytest.approx(0.003 + (0.009 - 0.003) / 3)  # plain (1) to 4
     assert cost.step(2, 1) == pytest.approx(0.003)
     assert cost.step(1, 8) == pytest.approx(0.005)  # no batch-1 points: the token curve
+    # Past its widest own point (4 at batch 3): its time plus what the extra tokens cost on the
+    # token curve, never flat.
+    one_point = StepCost([(4, 0.004), (8, 0.005)], plain_points=[(3, 0.003)], by_batch={3: [(2, 0.006)]})
+    assert one_point.step(3, 4) == pytest.approx(0.006 + one_point.target(12) - one_point.target(6))
+    assert one_point.step(3, 4) > one_point.step(3, 2)
 
 
 def test_the_host_work_between_steps_counts_against_narrow_widths():

@@ -50,9 +50,16 @@ class StepCost:
         if width == 1 and self.plain_points:
             return interpolate(self.plain_points, batch_size)
         own = self.by_batch.get(batch_size)
-        if width > 1 and own:  # this batch size's own steps; below them, a line from its plain step
-            plain = [(1, interpolate(self.plain_points, batch_size))] if self.plain_points else []
-            return interpolate(plain + list(own) if width < own[0][0] else own, width)
+        if width > 1 and own:  # this batch size's own steps, and around them:
+            if width < own[0][0]:  # a line from its plain step
+                plain = [(1, interpolate(self.plain_points, batch_size))] if self.plain_points else []
+                return interpolate(plain + list(own), width)
+            widest, seconds = own[-1]
+            if width > widest:  # what the extra tokens cost on the token curve (one own point
+                # priced every wider width the same, and a hair more expected tokens ranked the
+                # widest first among them: the worst case explored 16 tokens a request)
+                return seconds + self.target(batch_size * width) - self.target(batch_size * widest)
+            return interpolate(own, width)
         drafter = self.drafter_fixed + self.drafter_per_request * batch_size if width > 1 else 0.0
         return self.target(batch_size * width) + drafter
 
