@@ -63,9 +63,9 @@ def test_adaptive_times_plain_decoding_at_each_new_batch_size(monkeypatch):
     assert 32 in times.plain and not times.unmeasured_plain(32)
 
 
-def test_adaptive_explores_one_width_wider_every_so_often(monkeypatch):
-    """Drafts that fail for every request: plain decoding wins, yet every EXPLORE_EVERY-th step
-    verifies width 2, so drafts that start to fit would be seen."""
+def drafts_that_never_fit(monkeypatch) -> VerifyWidth:
+    """An adaptive block of 8 at batch 1, timed (plain, 4 and 8 tokens), whose pooled acceptance
+    is nil: plain decoding wins every choice."""
     monkeypatch.delenv(WIDTHS_ENV, raising=False)
     monkeypatch.setenv(verify_width.ADAPTIVE_ENV, "1")
     widths = VerifyWidth(8)
@@ -73,10 +73,17 @@ def test_adaptive_explores_one_width_wider_every_so_often(monkeypatch):
     times.add(times.plain, 1, 0.010)
     times.add(times.seconds, 8, 0.030)
     times.add(times.seconds, 4, 0.020)
-    widths.ran_widest = verify_width.WIDEST_FIRST  # past the first widest steps (below)
-    batch = fake_batch(1)
     widths.acceptance.pooled.accepted = [0] * 7
     widths.acceptance.pooled.reached = [1000] * 7
+    return widths
+
+
+def test_adaptive_explores_one_width_wider_every_so_often(monkeypatch):
+    """Drafts that fail for every request: plain decoding wins, yet every EXPLORE_EVERY-th step
+    verifies width 2, so drafts that start to fit would be seen."""
+    widths = drafts_that_never_fit(monkeypatch)
+    widths.ran_widest = verify_width.WIDEST_FIRST  # past the first widest steps (below)
+    batch = fake_batch(1)
     chosen = [widths.choose(batch) for _ in range(3 * verify_width.EXPLORE_EVERY)]
     explored = [i for i, width in enumerate(chosen) if width != 1]
     every = verify_width.EXPLORE_EVERY
@@ -105,15 +112,7 @@ def test_adaptive_explores_the_best_rated_wider_width(monkeypatch):
 def test_adaptive_explores_the_widest_often_until_it_has_run_a_few_times(monkeypatch):
     """One widest step shows what every narrower width would have accepted: the first steps
     explore it every EXPLORE_FIRST_EVERY-th step until it has run WIDEST_FIRST times."""
-    monkeypatch.delenv(WIDTHS_ENV, raising=False)
-    monkeypatch.setenv(verify_width.ADAPTIVE_ENV, "1")
-    widths = VerifyWidth(8)
-    times = widths.times
-    times.add(times.plain, 1, 0.010)
-    times.add(times.seconds, 8, 0.030)
-    times.add(times.seconds, 4, 0.020)
-    widths.acceptance.pooled.accepted = [0] * 7  # drafts that never fit: plain decoding wins
-    widths.acceptance.pooled.reached = [1000] * 7
+    widths = drafts_that_never_fit(monkeypatch)
     batch = fake_batch(1)
     first, every = verify_width.WIDEST_FIRST, verify_width.EXPLORE_FIRST_EVERY
     chosen = [widths.choose(batch) for _ in range(first * every + verify_width.EXPLORE_EVERY)]
