@@ -170,9 +170,9 @@ class VerifyWidth:
                 width = self.widest
             elif self.steps % EXPLORE_EVERY == EXPLORE_EVERY - 1:
                 width = next((e.width for e in ranked if e.width > width), width)
-        self.ran_widest += width == self.widest
         if self.tp_group is not None and self.tp_group.world_size > 1:
             width = self.tp_group.broadcast_object(width)  # rank 0's timings decide for all
+        self.ran_widest += width == self.widest  # what ran, the same on every rank
         self.acceptance.verified(batch.reqs, width)
         self.step_started = self.times.start(len(batch.reqs), width)
         return width
