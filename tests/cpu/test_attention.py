@@ -83,6 +83,37 @@ def test_verify_attention_matches_a_per_query_loop(batch, causal, window):
     torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-10)
 
 
+def test_a_forwards_plan_cache_serves_every_layer_and_follows_req_to_token(batch):
+    """One forward's layers share the slots and masks (request_plans); a req_to_token write, a
+    different window or a different prefix is a different plan, never a stale one."""
+    req_to_token = batch.req_to_token.clone()
+    cache: dict = {}
+
+    def attend(window=None, prefixes=batch.prefixes):
+        return verify_attention(
+            batch.q, batch.k_cache, batch.v_cache, req_to_token, batch.rows, prefixes, BLOCK,
+            scaling=0.3, causal=True, window=window, plan_cache=cache,
+        )  # fmt: skip
+
+    def uncached(window=None, prefixes=batch.prefixes):
+        return verify_attention(
+            batch.q, batch.k_cache, batch.v_cache, req_to_token, batch.rows, prefixes, BLOCK,
+            scaling=0.3, causal=True, window=window,
+        )  # fmt: skip
+
+    first = attend()
+    assert len(cache) == 1
+    torch.testing.assert_close(attend(), first, rtol=0, atol=0)  # a second layer: served
+    assert len(cache) == 1
+    torch.testing.assert_close(attend(window=2), uncached(window=2), rtol=0, atol=0)
+    torch.testing.assert_close(attend(prefixes=batch.prefixes + 1), uncached(prefixes=batch.prefixes + 1),
+                               rtol=0, atol=0)  # fmt: skip
+    req_to_token[ROWS[1], 0] = req_to_token[ROWS[2], 0]  # another slot: a new plan
+    moved = attend()
+    torch.testing.assert_close(moved, uncached(), rtol=0, atol=0)
+    assert not torch.equal(moved, first)
+
+
 @pytest.mark.parametrize("causal,window", CASES)
 def test_verify_equals_sglang_extend_with_the_block_as_extension(batch, causal, window):
     """A verify block is an extend of BLOCK tokens after the committed prefix."""

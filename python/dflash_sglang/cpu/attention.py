@@ -32,6 +32,7 @@ from ..drafter.model import block_visibility as model_block_visibility
 from . import mla
 
 TARGET = "sglang.srt.layers.attention.torch_native_backend.TorchNativeAttnBackend.forward_extend"
+PLAN_CACHE_ATTR = "_dflash_attention_plans"  # on a ForwardBatch: its layers' shared request_plans
 DECODE_TARGET = "sglang.srt.layers.attention.torch_native_backend.TorchNativeAttnBackend.forward_decode"
 
 
@@ -79,6 +80,7 @@ def paged_attention(
     sinks: torch.Tensor | None = None,
     to_pool_slots=None,
     tree_mask: torch.Tensor | None = None,
+    plan_cache: dict | None = None,
 ) -> torch.Tensor:
     """Attention of each request's queries (the `query_lens[i]` tokens after its `prefix_lens[i]`
     cached ones) over its prefix and its own new KV.
@@ -87,6 +89,7 @@ def paged_attention(
     written); `to_pool_slots` maps req_to_token slots to the layer's pool (SWA pools).
     `tree_mask` (a tree verify, SGLang's QLEN_ONLY layout: bs x n x n allowed pairs among the new
     tokens, flat) replaces their causal mask: each sees the prefix, its ancestors and itself.
+    `plan_cache`: a dict that lives as long as one forward (request_plans).
     Returns [sum(query_lens), q_heads, v_dim].
     """
     if tree_mask is not None:
@@ -97,19 +100,13 @@ def paged_attention(
     gqa = q.shape[1] != k_cache.shape[1]
     scale = q.shape[-1] ** -0.5 if scaling is None else scaling
     start = 0
-    rows, prefixes = req_pool_indices.tolist(), prefix_lens.tolist()
-    for i, (row, prefix, n) in enumerate(zip(rows, prefixes, query_lens, strict=True)):
-        slots = req_to_token[row, : prefix + n].long()
-        if to_pool_slots is not None:
-            slots = to_pool_slots(slots).long()
+    plans = request_plans(req_to_token, req_pool_indices, prefix_lens, query_lens, causal, window,
+                          to_pool_slots, tree_mask, plan_cache)  # fmt: skip
+    for n, (slots, mask) in zip(query_lens, plans, strict=True):
         # [heads, tokens, dim], the layout SDPA wants per request.
         q_i = q[start : start + n].transpose(0, 1)
         k_i = k_cache[slots].to(q.dtype).transpose(0, 1)
         v_i = v_cache[slots].to(q.dtype).transpose(0, 1)
-        if tree_mask is None:
-            mask = block_visibility(prefix, n, causal, window).to(q.device)
-        else:
-            mask = torch.cat([tree_mask.new_ones(n, prefix), tree_mask[i]], dim=1)
         if sinks is None:
             o_i = scaled_dot_product_attention(q_i, k_i, v_i, attn_mask=mask, scale=scaling, enable_gqa=gqa)
         else:
@@ -117,6 +114,35 @@ def paged_attention(
         out[start : start + n] = o_i.transpose(0, 1)
         start += n
     return out
+
+
+def request_plans(req_to_token, req_pool_indices, prefix_lens, query_lens, causal, window, to_pool_slots,
+                  tree_mask, plan_cache: dict | None) -> list[tuple[torch.Tensor, torch.Tensor]]:  # fmt: skip
+    """Each request's KV slots and visibility mask. They are the same in every layer of one
+    forward (given the window and the pool), so a forward's `plan_cache` computes them once:
+    on the tiny CPU pair the per-layer gathers and masks were a tenth of a verify step. The key
+    holds everything they are computed from, req_to_token's version included."""
+    rows, prefixes = req_pool_indices.tolist(), prefix_lens.tolist()
+    key = None
+    if plan_cache is not None:
+        tree = None if tree_mask is None else (tree_mask.data_ptr(), tree_mask._version)
+        key = (causal, window, to_pool_slots is not None, tree, tuple(rows), tuple(prefixes),
+               tuple(query_lens), req_to_token._version)  # fmt: skip
+        if key in plan_cache:
+            return plan_cache[key]
+    plans = []
+    for i, (row, prefix, n) in enumerate(zip(rows, prefixes, query_lens, strict=True)):
+        slots = req_to_token[row, : prefix + n].long()
+        if to_pool_slots is not None:
+            slots = to_pool_slots(slots).long()
+        if tree_mask is None:
+            mask = block_visibility(prefix, n, causal, window).to(req_to_token.device)
+        else:
+            mask = torch.cat([tree_mask.new_ones(n, prefix), tree_mask[i]], dim=1)
+        plans.append((slots, mask))
+    if key is not None:
+        plan_cache[key] = plans
+    return plans
 
 
 def verify_attention(
@@ -192,6 +218,7 @@ def _attend(backend, q, layer, forward_batch, prefix_lens, query_lens, *, causal
         sinks=sinks,
         to_pool_slots=_pool_slots(backend, layer),
         tree_mask=tree_mask,
+        plan_cache=forward_batch.__dict__.setdefault(PLAN_CACHE_ATTR, {}),
     )
     return out.reshape(q_.shape[0], layer.tp_q_head_num * layer.v_head_dim)
 
