@@ -2,6 +2,7 @@
 block visibility mask, training-time drafter outputs equal to inference-time ones, and a few
 optimizer steps that lower the loss on a fixed batch."""
 
+import dataclasses
 import json
 import math
 
@@ -20,11 +21,18 @@ from dflash_sglang.train.blocks import (
     position_weights,
     sample_anchors,
 )
-from dflash_sglang.train.data import Example, collate, length_buckets
+from dflash_sglang.train.data import Example, collate, length_buckets, read_jsonl
 from dflash_sglang.train.evaluate import acceptance
 from dflash_sglang.train.loss import draft_hidden, draft_loss, target_context
 from dflash_sglang.train.optim import make_optimizer, optimizer_step, warmup_cosine
-from dflash_sglang.train.stdlib_corpus import function_pairs, is_held_out
+from dflash_sglang.train.stdlib_corpus import (
+    every_instruction,
+    function_pairs,
+    is_held_out,
+    name_in_words,
+    phrased,
+)
+from dflash_sglang.train.tiny_pair import Plan, build, drafter_instructions
 
 MASK = 511
 SOURCE = '''
@@ -149,10 +157,35 @@ def test_length_buckets_stay_under_the_token_budget():
 def test_stdlib_pairs_from_source():
     pairs = function_pairs(SOURCE, "demo")
     assert [p["name"] for p in pairs] == ["add", "Box.get"]
-    assert pairs[0]["instruction"] == "Write a Python function `add(a, b=1)` that: Add two numbers."
-    assert pairs[0]["response"].startswith("def add(a, b=1):\n") and pairs[0]["response"].endswith("b\n")
-    assert pairs[1]["response"].startswith("def get(self):")  # dedented method
     assert is_held_out(pairs[0]) == is_held_out(json.loads(json.dumps(pairs[0])))
+    code = {
+        "add": "def add(a, b=1):\n    return a + b\n",
+        "Box.get": "def get(self):\n    return self.content\n",
+    }
+    for pair in pairs:  # the code without its docstring, dedented (a method too)
+        assert code[pair["name"]] in pair["instruction"] + pair["response"]
+        assert '"""' not in pair["instruction"] + pair["response"]
+
+
+def test_three_phrasings_ask_for_code_or_read_it():
+    code = "def add(a, b=1):\n    return a + b\n"
+    seen = {}
+    for i in range(200):
+        instruction, response = phrased(f"m.add_{i}", "add(a, b=1)", "Add two numbers.", code)
+        if instruction.startswith("Write a Python function `add(a, b=1)` that: Add two numbers."):
+            seen["specified"] = response == code
+        elif instruction.startswith("Explain what this Python function does:") and code in instruction:
+            seen["reading"] = response == "Add two numbers."
+        else:
+            seen["short"] = response == code and instruction.endswith(("in Python.", "."))
+            assert f"add {i}" in instruction  # the name in words
+    assert seen == {"specified": True, "short": True, "reading": True}
+    assert name_in_words("Parser._parseArgs") == "parse args"
+    pair = function_pairs(SOURCE, "demo")[0]  # the drafter's prompts: the function asked every way
+    asked = every_instruction(pair)
+    assert len(asked) == 3 and pair["instruction"] in asked and any(code in text for text in asked)
+    dunder = phrased("__init__", "__init__(self)", "Set up.", code)  # no words: specified or read
+    assert not dunder[0].startswith(("Write a init", "Implement init", "Write Python code to init"))
 
 
 def test_cli_trains_a_loadable_drafter(tmp_path):
@@ -175,3 +208,24 @@ def test_cli_trains_a_loadable_drafter(tmp_path):
     again = acceptance(target, draft, record["eval_prompt_ids"], 4, 8, [eos] if isinstance(eos, int) else eos)
     assert len(record["eval_prompt_ids"]) == 2 and again.verify_steps > 0
     assert record["evaluations"][-1]["accept_length"] == round(again.mean, 3)
+
+
+def test_make_tiny_pair_in_two_stages_writes_a_loadable_pair(tmp_path):
+    """`make tiny-pair`'s script at toy scale: the target stage alone, then the drafter stage from
+    the saved target, as `--stage target` / `--stage drafter` split a build."""
+    plan = Plan(
+        vocab_size=400, hidden_size=32, heads=2, kv_heads=1, intermediate_size=64, target_layers=2,
+        target_epochs=1, regenerate_max_new_tokens=6, draft_layers=1, draft_intermediate_size=64,
+        target_layer_ids=(0,), draft_epochs=1, train_pairs=6, eval_prompts=2, eval_max_new_tokens=4,
+    )  # fmt: skip
+    assert build(tmp_path, plan, stages=("target",)) is None
+    assert (tmp_path / "target" / "model.safetensors").exists() and not (tmp_path / "draft").exists()
+    report = build(tmp_path, plan, stages=("drafter",))
+    assert set(report["greedy_acceptance_length"]) == {"4", "8", "16"}
+    assert report["plan"]["draft_prompts"] == "every_phrasing" and report["minutes"]["target"] >= 0
+    assert DFlashDraftModel.from_pretrained(tmp_path / "draft").config.target_layer_ids == (0,)
+    assert json.loads((tmp_path / "acceptance.json").read_text())["held_out_prompts"] == len(
+        read_jsonl(tmp_path / "held_out.jsonl")
+    )
+    with pytest.raises(ValueError, match="draft_prompts"):
+        drafter_instructions({"instruction": "x"}, dataclasses.replace(plan, draft_prompts="all"))

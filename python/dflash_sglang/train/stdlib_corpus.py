@@ -1,9 +1,15 @@
 """Instruction/response pairs from the Python standard library's own source: offline, everywhere.
 
-Every function with a docstring becomes one pair:
+Every function with a docstring becomes one pair, in one of three phrasings (by a hash of its
+name, so a user's short request and a specification both appear, and code is read as well as
+written):
 
-    instruction  Write a Python function `name(args)` that: <docstring summary>
-    response     the function's source (decorators dropped, dedented)
+    specified  Write a Python function `name(args)` that: <docstring summary>  ->  the code
+    short      Write a <name in words> in Python.                              ->  the code
+    reading    Explain what this Python function does: <the code>              ->  the summary
+
+The code is the function's source with its decorators and docstring dropped, dedented: a request
+for code is answered with code, and the docstring's prose is what the instruction already says.
 
 Files are read in sorted order and a pair goes to the held-out split by a hash of its module and
 qualified name, so the corpus and its split are the same on every run of one Python version.
@@ -25,6 +31,10 @@ SKIPPED_DIRS = {"test", "tests", "idlelib", "tkinter", "turtledemo", "lib2to3", 
 MAX_RESPONSE_CHARS = 700
 MAX_SUMMARY_CHARS = 160
 HELD_OUT_EVERY = 64  # about 1.5% of the pairs
+# Out of every 10 functions: 4 specified, 4 short, 2 read (by a second hash of the name).
+PHRASINGS = ("specified",) * 4 + ("short",) * 4 + ("reading",) * 2
+SHORT_TEMPLATES = ("Write a {} in Python.", "Write a {} function in Python.", "Implement {} in Python.",
+                   "Write Python code to {}.")  # fmt: skip
 
 
 def stdlib_files(root: Path | None = None) -> list[Path]:
@@ -78,14 +88,54 @@ def _pair(node, lines: list[str], qualname: str) -> dict | None:
     summary = summary_of(docstring)
     if not summary or len(summary) > MAX_SUMMARY_CHARS or not summary.isascii():
         return None
-    response = textwrap.dedent("".join(lines[node.lineno - 1 : node.end_lineno])).rstrip() + "\n"
-    if len(response) > MAX_RESPONSE_CHARS or not response.isascii() or "\t" in response:
+    code = code_without_docstring(node, lines)
+    if code is None or len(code) > MAX_RESPONSE_CHARS or not code.isascii() or "\t" in code:
         return None
-    return {
-        "name": qualname,
-        "instruction": f"Write a Python function `{signature_of(node)}` that: {summary}",
-        "response": response,
-    }
+    signature = signature_of(node)
+    instruction, response = phrased(qualname, signature, summary, code)
+    return {"name": qualname, "instruction": instruction, "response": response,
+            "signature": signature, "summary": summary, "code": code}  # fmt: skip
+
+
+def code_without_docstring(node, lines: list[str]) -> str | None:
+    """The function's source, dedented, without the docstring's lines (None: nothing else)."""
+    doc = node.body[0]
+    if len(node.body) == 1 or doc.lineno <= node.lineno:  # docstring only, or on the def line
+        return None
+    body = lines[doc.end_lineno : node.end_lineno]
+    while body and not body[0].strip():  # the blank line that followed the docstring
+        body = body[1:]
+    kept = lines[node.lineno - 1 : doc.lineno - 1] + body
+    return textwrap.dedent("".join(kept)).rstrip() + "\n"
+
+
+def name_in_words(qualname: str) -> str:
+    """`Parser._parse_args` -> "parse args"; `readLine` -> "read line"."""
+    name = qualname.rsplit(".", 1)[-1].strip("_")
+    name = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name)
+    return " ".join(part.lower() for part in name.split("_") if part)
+
+
+def phrased(
+    qualname: str, signature: str, summary: str, code: str, phrasing: str | None = None
+) -> tuple[str, str]:
+    """(instruction, response) in the function's own phrasing (by hash), or in `phrasing`."""
+    choice = zlib.crc32(f"phrasing:{qualname}".encode())
+    phrasing = phrasing or PHRASINGS[choice % len(PHRASINGS)]
+    words = name_in_words(qualname)
+    if phrasing == "short" and words and not qualname.rsplit(".", 1)[-1].startswith("__"):
+        template = SHORT_TEMPLATES[(choice // len(PHRASINGS)) % len(SHORT_TEMPLATES)]
+        return template.format(words), code
+    if phrasing == "reading":
+        return f"Explain what this Python function does:\n\n{code}", summary
+    return f"Write a Python function `{signature}` that: {summary}", code
+
+
+def every_instruction(pair: dict) -> list[str]:
+    """The pair's function asked in each phrasing (the short one only where its name has words):
+    prompts for the target's own responses, the drafter's data, in every way it is asked."""
+    parts = (pair["name"], pair["signature"], pair["summary"], pair["code"])
+    return list(dict.fromkeys(phrased(*parts, phrasing)[0] for phrasing in dict.fromkeys(PHRASINGS)))
 
 
 def is_held_out(pair: dict) -> bool:
@@ -93,16 +143,16 @@ def is_held_out(pair: dict) -> bool:
 
 
 def build_corpus(root: Path | None = None) -> tuple[list[dict], list[dict]]:
-    """(train, held_out) pairs, deduplicated by response, in a fixed order."""
+    """(train, held_out) pairs, deduplicated by code, in a fixed order."""
     root = Path(root or sysconfig.get_paths()["stdlib"])
     seen: set[str] = set()
     train, held_out = [], []
     for path in stdlib_files(root):
         module = ".".join(path.relative_to(root).with_suffix("").parts)
         for pair in function_pairs(path.read_text(encoding="utf-8", errors="replace"), module):
-            if pair["response"] in seen:
+            if pair["code"] in seen:
                 continue
-            seen.add(pair["response"])
+            seen.add(pair["code"])
             (held_out if is_held_out(pair) else train).append(pair)
     return train, held_out
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import jinja2
 import torch
-from transformers import Qwen3Config, Qwen3ForCausalLM
+from transformers import AutoTokenizer, Qwen3Config, Qwen3ForCausalLM
 
 from ..drafter.model import DFlashDraftModel
 from ..testing.tiny_dense import CHAT_TEMPLATE, MASK_TOKEN, TinyPair, build_tokenizer
@@ -33,13 +33,15 @@ from .drafter import DrafterRecipe, drafter_config, train_drafter
 from .evaluate import acceptance
 from .loop import Schedule
 from .regenerate import regenerate
-from .stdlib_corpus import build_corpus, write_jsonl
+from .stdlib_corpus import build_corpus, every_instruction, write_jsonl
 
 THREADS = 1  # also the fastest on a busy machine: idle OpenMP threads spin against other work
 EVAL_BLOCK_SIZES = (4, 8, 16)
 EMBEDDED = Path(__file__).resolve().parent.parent / "assets" / "tiny-pair"
 HELD_OUT_FILE = "held_out.jsonl"  # the held-out pairs, one {"instruction", "response"} a line
 ACCEPTANCE_FILE = "acceptance.json"  # what the build measured on them, and how it trained
+TARGET_MINUTES_FILE = "target/minutes.txt"  # the target stage's time, for the drafter stage's report
+STAGES = ("target", "drafter")
 
 
 def embedded_pair(root: Path = EMBEDDED) -> TinyPair:
@@ -60,10 +62,13 @@ class Plan:
     kv_heads: int = 2
     intermediate_size: int = 384
     max_length: int = 384
-    target_epochs: int = 4
+    target_epochs: int = 12
     target_lr: float = 3e-3
     target_tokens_per_batch: int = 4096
     regenerate_max_new_tokens: int = 256
+    # The drafter's data: the target's responses to each function asked in every phrasing
+    # ("every_phrasing"), or in its own phrasing only ("own_phrasing", as the target trained).
+    draft_prompts: str = "every_phrasing"
     draft_layers: int = 2
     draft_intermediate_size: int = 384
     target_layer_ids: tuple[int, ...] = (0, 1, 2)
@@ -77,6 +82,14 @@ class Plan:
     eval_prompts: int = 12  # held-out prompts for the periodic evaluation (all at the end)
     eval_max_new_tokens: int = 96
     seed: int = 0
+
+
+def drafter_instructions(pair: dict, plan: Plan) -> list[str]:
+    if plan.draft_prompts == "every_phrasing":
+        return every_instruction(pair)
+    if plan.draft_prompts == "own_phrasing":
+        return [pair["instruction"]]
+    raise ValueError(f"Plan.draft_prompts: {plan.draft_prompts!r} is not every_phrasing or own_phrasing")
 
 
 def chat_text(pair: dict) -> str:
@@ -111,22 +124,32 @@ def make_target(plan: Plan, tokenizer) -> Qwen3ForCausalLM:
     return model
 
 
-def build(out: Path, plan: Plan = Plan()) -> dict:
+def build(out: Path, plan: Plan = Plan(), stages: tuple[str, ...] = STAGES) -> dict | None:
+    """Both stages by default; `("target",)` stops after saving the target, `("drafter",)` reads it
+    back from `out` (a build split in two: the drafter's plan can change without a new target)."""
     torch.set_num_threads(THREADS)
     started = time.monotonic()
     train_pairs, held_out = build_corpus()
     train_pairs = train_pairs[: plan.train_pairs]
-    tokenizer = build_tokenizer(plan.vocab_size, [chat_text(p) for p in train_pairs])
+    if "target" in stages:
+        tokenizer = build_tokenizer(plan.vocab_size, [chat_text(p) for p in train_pairs])
+        target = make_target(plan, tokenizer)
+        target_schedule = Schedule(epochs=plan.target_epochs, lr=plan.target_lr, weight_decay=0.1)
+        train_causal_lm(target, encode_all(tokenizer, train_pairs, plan.max_length), target_schedule,
+                        plan.target_tokens_per_batch, tokenizer.pad_token_id, plan.seed)  # fmt: skip
+        target.save_pretrained(out / "target")
+        tokenizer.save_pretrained(out / "target")
+        target_minutes = round((time.monotonic() - started) / 60, 1)
+        (out / TARGET_MINUTES_FILE).write_text(f"{target_minutes}\n")
+    if "drafter" not in stages:
+        return None
+    tokenizer = AutoTokenizer.from_pretrained(out / "target")
+    target = Qwen3ForCausalLM.from_pretrained(out / "target", dtype=torch.float32).eval()
     pad, eos = tokenizer.pad_token_id, tokenizer.eos_token_id
     eval_ids = [prompt_ids(tokenizer, p["instruction"]) for p in held_out]
+    drafter_started = time.monotonic()
 
-    target = make_target(plan, tokenizer)
-    target_schedule = Schedule(epochs=plan.target_epochs, lr=plan.target_lr, weight_decay=0.1)
-    train_causal_lm(target, encode_all(tokenizer, train_pairs, plan.max_length), target_schedule,
-                    plan.target_tokens_per_batch, pad, plan.seed)  # fmt: skip
-    target_done = time.monotonic()
-
-    prompts = [prompt_ids(tokenizer, p["instruction"]) for p in train_pairs]
+    prompts = [prompt_ids(tokenizer, text) for p in train_pairs for text in drafter_instructions(p, plan)]
     examples = regenerate(target, prompts, plan.regenerate_max_new_tokens, eos, pad)
     regen_done = time.monotonic()
 
@@ -147,8 +170,6 @@ def build(out: Path, plan: Plan = Plan()) -> dict:
                             plan.eval_max_new_tokens, pad)  # fmt: skip
     draft_done = time.monotonic()
 
-    target.save_pretrained(out / "target")
-    tokenizer.save_pretrained(out / "target")
     draft.eval().save_pretrained(out / "draft")
     measured = {
         str(b): round(acceptance(target, draft, eval_ids, b, plan.eval_max_new_tokens, [eos]).mean, 3)
@@ -161,8 +182,8 @@ def build(out: Path, plan: Plan = Plan()) -> dict:
         "greedy_acceptance_length": measured,
         "drafter_evaluations": history,
         "minutes": {
-            "target": round((target_done - started) / 60, 1),
-            "regenerate": round((regen_done - target_done) / 60, 1),
+            "target": float((out / TARGET_MINUTES_FILE).read_text()),
+            "regenerate": round((regen_done - drafter_started) / 60, 1),
             "drafter": round((draft_done - regen_done) / 60, 1),
         },
         "plan": dataclasses.asdict(plan),
@@ -174,8 +195,11 @@ def build(out: Path, plan: Plan = Plan()) -> dict:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, type=Path, help="directory for the pair")
+    parser.add_argument("--stage", choices=STAGES, help="one stage only (default: both)")
     args = parser.parse_args(argv)
-    report = build(args.out)
+    report = build(args.out, stages=(args.stage,) if args.stage else STAGES)
+    if report is None:
+        return
     print(json.dumps({k: report[k] for k in ("greedy_acceptance_length", "minutes")}))
 
 
