@@ -162,29 +162,31 @@ def test_stdlib_pairs_from_source():
         "add": "def add(a, b=1):\n    return a + b\n",
         "Box.get": "def get(self):\n    return self.content\n",
     }
-    for pair in pairs:  # the code without its docstring, dedented (a method too)
-        assert code[pair["name"]] in pair["instruction"] + pair["response"]
-        assert '"""' not in pair["instruction"] + pair["response"]
+    for pair in pairs:  # the code without its docstring, dedented (a method too); the source with it
+        assert pair["code"] == code[pair["name"]]
+        assert pair["source"].startswith(code[pair["name"]].split("\n")[0] + '\n    """')
+        assert pair["response"] in (pair["source"], pair["summary"])
 
 
 def test_three_phrasings_ask_for_code_or_read_it():
     code = "def add(a, b=1):\n    return a + b\n"
+    source = 'def add(a, b=1):\n    """Add two numbers."""\n    return a + b\n'
     seen = {}
     for i in range(200):
-        instruction, response = phrased(f"m.add_{i}", "add(a, b=1)", "Add two numbers.", code)
+        instruction, response = phrased(f"m.add_{i}", "add(a, b=1)", "Add two numbers.", code, source)
         if instruction.startswith("Write a Python function `add(a, b=1)` that: Add two numbers."):
-            seen["specified"] = response == code
+            seen["specified"] = response == source
         elif instruction.startswith("Explain what this Python function does:") and code in instruction:
-            seen["reading"] = response == "Add two numbers."
+            seen["reading"] = response == "Add two numbers." and source not in instruction
         else:
-            seen["short"] = response == code and instruction.endswith(("in Python.", "."))
+            seen["short"] = response == source and instruction.endswith(("in Python.", "."))
             assert f"add {i}" in instruction  # the name in words
     assert seen == {"specified": True, "short": True, "reading": True}
     assert name_in_words("Parser._parseArgs") == "parse args"
     pair = function_pairs(SOURCE, "demo")[0]  # the drafter's prompts: the function asked every way
     asked = every_instruction(pair)
     assert len(asked) == 3 and pair["instruction"] in asked and any(code in text for text in asked)
-    dunder = phrased("__init__", "__init__(self)", "Set up.", code)  # no words: specified or read
+    dunder = phrased("__init__", "__init__(self)", "Set up.", code, source)  # no words: specified or read
     assert not dunder[0].startswith(("Write a init", "Implement init", "Write Python code to init"))
 
 
@@ -222,7 +224,7 @@ def test_make_tiny_pair_in_two_stages_writes_a_loadable_pair(tmp_path):
     assert (tmp_path / "target" / "model.safetensors").exists() and not (tmp_path / "draft").exists()
     report = build(tmp_path, plan, stages=("drafter",))
     assert set(report["greedy_acceptance_length"]) == {"4", "8", "16"}
-    assert report["plan"]["draft_prompts"] == "every_phrasing" and report["minutes"]["target"] >= 0
+    assert report["plan"]["draft_prompts"] == "own_phrasing" and report["minutes"]["target"] >= 0
     assert DFlashDraftModel.from_pretrained(tmp_path / "draft").config.target_layer_ids == (0,)
     assert json.loads((tmp_path / "acceptance.json").read_text())["held_out_prompts"] == len(
         read_jsonl(tmp_path / "held_out.jsonl")

@@ -4,12 +4,14 @@ Every function with a docstring becomes one pair, in one of three phrasings (by 
 name, so a user's short request and a specification both appear, and code is read as well as
 written):
 
-    specified  Write a Python function `name(args)` that: <docstring summary>  ->  the code
-    short      Write a <name in words> in Python.                              ->  the code
+    specified  Write a Python function `name(args)` that: <docstring summary>  ->  the source
+    short      Write a <name in words> in Python.                              ->  the source
     reading    Explain what this Python function does: <the code>              ->  the summary
 
-The code is the function's source with its decorators and docstring dropped, dedented: a request
-for code is answered with code, and the docstring's prose is what the instruction already says.
+The source is the function's, decorators dropped, dedented; the code a reading prompt shows is
+that source without its docstring (which would hold the answer). Answers keep their docstrings:
+a drafter predicts a docstring's frame well, and a target trained without them (code alone)
+was harder to draft for (docs/benchmarks.md, the 2026-11-25 retrain).
 
 Files are read in sorted order and a pair goes to the held-out split by a hash of its module and
 qualified name, so the corpus and its split are the same on every run of one Python version.
@@ -88,13 +90,14 @@ def _pair(node, lines: list[str], qualname: str) -> dict | None:
     summary = summary_of(docstring)
     if not summary or len(summary) > MAX_SUMMARY_CHARS or not summary.isascii():
         return None
+    source = textwrap.dedent("".join(lines[node.lineno - 1 : node.end_lineno])).rstrip() + "\n"
     code = code_without_docstring(node, lines)
-    if code is None or len(code) > MAX_RESPONSE_CHARS or not code.isascii() or "\t" in code:
+    if code is None or len(source) > MAX_RESPONSE_CHARS or not source.isascii() or "\t" in source:
         return None
     signature = signature_of(node)
-    instruction, response = phrased(qualname, signature, summary, code)
+    instruction, response = phrased(qualname, signature, summary, code, source)
     return {"name": qualname, "instruction": instruction, "response": response,
-            "signature": signature, "summary": summary, "code": code}  # fmt: skip
+            "signature": signature, "summary": summary, "code": code, "source": source}  # fmt: skip
 
 
 def code_without_docstring(node, lines: list[str]) -> str | None:
@@ -117,7 +120,7 @@ def name_in_words(qualname: str) -> str:
 
 
 def phrased(
-    qualname: str, signature: str, summary: str, code: str, phrasing: str | None = None
+    qualname: str, signature: str, summary: str, code: str, source: str, phrasing: str | None = None
 ) -> tuple[str, str]:
     """(instruction, response) in the function's own phrasing (by hash), or in `phrasing`."""
     choice = zlib.crc32(f"phrasing:{qualname}".encode())
@@ -125,16 +128,16 @@ def phrased(
     words = name_in_words(qualname)
     if phrasing == "short" and words and not qualname.rsplit(".", 1)[-1].startswith("__"):
         template = SHORT_TEMPLATES[(choice // len(PHRASINGS)) % len(SHORT_TEMPLATES)]
-        return template.format(words), code
+        return template.format(words), source
     if phrasing == "reading":
         return f"Explain what this Python function does:\n\n{code}", summary
-    return f"Write a Python function `{signature}` that: {summary}", code
+    return f"Write a Python function `{signature}` that: {summary}", source
 
 
 def every_instruction(pair: dict) -> list[str]:
     """The pair's function asked in each phrasing (the short one only where its name has words):
     prompts for the target's own responses, the drafter's data, in every way it is asked."""
-    parts = (pair["name"], pair["signature"], pair["summary"], pair["code"])
+    parts = (pair["name"], pair["signature"], pair["summary"], pair["code"], pair["source"])
     return list(dict.fromkeys(phrased(*parts, phrasing)[0] for phrasing in dict.fromkeys(PHRASINGS)))
 
 
