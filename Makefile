@@ -53,7 +53,8 @@ bench-adaptive:
 	$(PY) -m dflash_sglang.bench.adaptive
 
 # Retrains the embedded tiny pair (target, drafter, held-out prompts, measured acceptance) from
-# the standard library's source: deterministic on one machine (one thread), about an hour on a CPU core.
+# the standard library's source: deterministic on one machine (one thread), about half an hour on
+# a CPU core. The script's --stage target, then --stage drafter, splits it in two.
 tiny-pair:
 	$(PY) -m dflash_sglang.train.tiny_pair --out python/dflash_sglang/assets/tiny-pair
 
