@@ -68,7 +68,7 @@ class Plan:
     regenerate_max_new_tokens: int = 256
     # The drafter's data: the target's responses to each function asked in its own phrasing (as
     # the target trained: "own_phrasing") or in every phrasing ("every_phrasing", 3x the data;
-    # at 3 epochs it trailed own_phrasing at 8 by step 400 of the 2026-11-25 build's trial).
+    # at 3 epochs level with own_phrasing at 8 by step 400 in the 2026-11-25 trials, not run on).
     draft_prompts: str = "own_phrasing"
     draft_layers: int = 2
     draft_intermediate_size: int = 384
