@@ -114,6 +114,25 @@ def test_a_forwards_plan_cache_serves_every_layer_and_follows_req_to_token(batch
     assert not torch.equal(moved, first)
 
 
+def test_the_plan_cache_takes_inference_tensors(batch):
+    """A server's step makes its tensors under inference_mode (tree masks among them), and those
+    keep no version counter: the cache must still serve them, equal to the uncached result."""
+    cache: dict = {}
+    with torch.inference_mode():
+        req_to_token = batch.req_to_token.clone()
+
+        def attend(plan_cache):
+            return verify_attention(
+                batch.q, batch.k_cache, batch.v_cache, req_to_token, batch.rows, batch.prefixes, BLOCK,
+                scaling=0.3, causal=True, plan_cache=plan_cache,
+            )  # fmt: skip
+
+        cached, served, uncached = attend(cache), attend(cache), attend(None)
+    assert len(cache) == 1
+    torch.testing.assert_close(cached, uncached, rtol=0, atol=0)
+    torch.testing.assert_close(served, uncached, rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("causal,window", CASES)
 def test_verify_equals_sglang_extend_with_the_block_as_extension(batch, causal, window):
     """A verify block is an extend of BLOCK tokens after the committed prefix."""

@@ -121,13 +121,13 @@ def request_plans(req_to_token, req_pool_indices, prefix_lens, query_lens, causa
     """Each request's KV slots and visibility mask. They are the same in every layer of one
     forward (given the window and the pool), so a forward's `plan_cache` computes them once (one
     layer's verify attention for the tiny pair: 95 -> 70 us). The key holds everything they are
-    computed from, req_to_token's version included, so a stale plan cannot be served."""
+    computed from, req_to_token's version included where it keeps one."""
     rows, prefixes = req_pool_indices.tolist(), prefix_lens.tolist()
     key = None
     if plan_cache is not None:
-        tree = None if tree_mask is None else (tree_mask.data_ptr(), tree_mask._version)
+        tree = None if tree_mask is None else (tree_mask.data_ptr(), _version(tree_mask))
         key = (causal, window, to_pool_slots is not None, tree, tuple(rows), tuple(prefixes),
-               tuple(query_lens), req_to_token._version)  # fmt: skip
+               tuple(query_lens), _version(req_to_token))  # fmt: skip
         if key in plan_cache:
             return plan_cache[key]
     plans = []
@@ -143,6 +143,12 @@ def request_plans(req_to_token, req_pool_indices, prefix_lens, query_lens, causa
     if key is not None:
         plan_cache[key] = plans
     return plans
+
+
+def _version(tensor: torch.Tensor) -> int | None:
+    """In-place writes bump a tensor's version; inference tensors (made under inference_mode, as
+    a step's tree masks are) keep none, and within one forward they do not change."""
+    return None if tensor.is_inference() else tensor._version
 
 
 def verify_attention(
