@@ -32,8 +32,8 @@ from ..drafter.model import block_visibility as model_block_visibility
 from . import mla
 
 TARGET = "sglang.srt.layers.attention.torch_native_backend.TorchNativeAttnBackend.forward_extend"
-PLAN_CACHE_ATTR = "_dflash_attention_plans"  # on a ForwardBatch: its layers' shared request_plans
 DECODE_TARGET = "sglang.srt.layers.attention.torch_native_backend.TorchNativeAttnBackend.forward_decode"
+PLAN_CACHE_ATTR = "_dflash_attention_plans"  # on a ForwardBatch: its layers' shared request_plans
 
 
 def block_visibility(prefix_len: int, block_len: int, causal: bool, window: int | None) -> torch.Tensor:

@@ -1,11 +1,14 @@
 """The embedded tiny pair: a small Qwen3 target and its DFlash drafter, trained on this machine.
 
-    python -m dflash_sglang.train.tiny_pair --out DIR
+    python -m dflash_sglang.train.tiny_pair --out DIR [--stage target|drafter]
+
+Steps 1-3 are the target stage (it saves DIR/target), 4-6 the drafter stage (it reads it back).
 
 1. corpus: instruction/response pairs from the standard library's source (stdlib_corpus.py);
 2. tokenizer: byte-level BPE trained on it (ChatML template, `<|MASK|>`, as testing/tiny.py);
 3. target: a 4-layer Qwen3 trained as a causal LM on the chat-formatted pairs;
-4. data for the drafter: the target's own greedy responses to the training prompts;
+4. data for the drafter: the target's own greedy responses to the training prompts
+   (`Plan.draft_prompts`: each in its own phrasing, or in all three);
 5. drafter: the DFlash recipe (drafter.py) against the frozen target;
 6. DIR/target, DIR/draft (published format), DIR/held_out.jsonl (the held-out pairs) and
    DIR/acceptance.json (greedy acceptance length on them at block sizes 4, 8 and 16).
