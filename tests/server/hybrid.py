@@ -21,8 +21,8 @@ TRACK_INTERVAL = 64  # extra_buffer snapshots the state every 64 tokens, so shor
 # Exact float32 comparisons need the conv state in float32 (SGLang keeps it in bfloat16 otherwise).
 HYBRID_ENV = {"SGLANG_MAMBA_CONV_DTYPE": "float32"}
 # A bounded state pool: the default sizes it from the machine's memory (gigabytes for a tiny model).
-# 256 slots, not 32: extra_buffer holds several a request, so 32 kept a law batch (128 requests)
-# to a few running at a time; 256 lets it run SGLang's 48 at once (26 s -> 11 s a batch).
+# 256 slots, not 32: extra_buffer holds 3 a request (144 for 48 running), so 32 ran a law batch
+# (128 requests) about 10 at a time; 256 lets it run SGLang's 48 at once (26 s -> 11 s a batch).
 HYBRID_ARGS = ["--max-mamba-cache-size", "256"]
 NO_BUFFER = ["--mamba-radix-cache-strategy", "no_buffer", "--disable-overlap-schedule"]
 EXTRA_BUFFER = ["--mamba-radix-cache-strategy", "extra_buffer", "--mamba-track-interval", TRACK_INTERVAL]
