@@ -129,16 +129,15 @@ LAW_PATHS = {
 # repeat for the penalty to move the law. Simulated from the law itself, 30 batches each: 24 tokens
 # left the control at p 1e-8 to 1e-37 (CI once saw 4e-5, short of law_matrix.REJECT), 40 tokens at
 # 1e-39 to 1e-209.
-LAW_MAX_NEW = {"overlap-extra_buffer-noradix-b16": 40}
+LAW_OPTIONS = {"overlap-extra_buffer-noradix-b16": {"max_new": 40}}
 
 
 def test_the_sampled_law_with_real_filters_through_state_commits(case):
     """law_matrix.SETTINGS in one mixed batch, most tokens sampled from recurrent states that
     rejection-sampled commits wrote; each setting against the target's law and its control."""
     name, pair, server, _ = case
-    model = load_target(pair.target)
-    max_new = LAW_MAX_NEW.get(name, 24)
-    assert_every_setting_follows_the_law(LAW_PATHS[name], server, model, prompts(), max_new=max_new)
+    model, options = load_target(pair.target), LAW_OPTIONS.get(name, {})
+    assert_every_setting_follows_the_law(LAW_PATHS[name], server, model, prompts(), **options)
 
 
 def silence_head(target_dir) -> None:
