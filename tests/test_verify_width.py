@@ -63,6 +63,24 @@ def test_adaptive_times_plain_decoding_at_each_new_batch_size(monkeypatch):
     assert 32 in times.plain and not times.unmeasured_plain(32)
 
 
+def test_a_new_batch_size_skips_the_plain_step_where_plain_decoding_cannot_win(monkeypatch):
+    """Drafts accepted nine times in ten and drafted steps barely dearer than plain ones: plain
+    decoding, even at batch 1's plain cost, would commit a fifth of the best width's tokens per
+    second, so batch 2's first step verifies the block instead of timing a plain step."""
+    monkeypatch.delenv(WIDTHS_ENV, raising=False)
+    monkeypatch.setenv(verify_width.ADAPTIVE_ENV, "1")
+    widths = VerifyWidth(8)
+    times = widths.times
+    times.add(times.plain, 1, 0.010)
+    times.add(times.seconds, 4, 0.0105)
+    times.add(times.seconds, 8, 0.011)
+    widths.acceptance.pooled.accepted = [900] * 7
+    widths.acceptance.pooled.reached = [1000] * 7
+    widths.ran_widest = verify_width.WIDEST_FIRST  # past the first widest steps
+    assert widths.choose(fake_batch(2)) == 8
+    assert times.unmeasured_plain(2)
+
+
 def drafts_that_never_fit(monkeypatch) -> VerifyWidth:
     """An adaptive block of 8 at batch 1, timed (plain, 4 and 8 tokens), whose pooled acceptance
     is nil: plain decoding wins every choice."""

@@ -46,6 +46,12 @@ class StepCost:
     def step(self, batch_size: int, width: int) -> float:
         return self.forward(batch_size, width) + self.between_steps
 
+    def plain_floor(self, batch_size: int) -> float:
+        """The least a plain step of this batch size can cost: the plain curve at the largest
+        batch size timed not above it (a step never costs less for more requests), else nothing."""
+        below = [seconds for count, seconds in self.plain_points if count <= batch_size]
+        return (below[-1] if below else 0.0) + self.between_steps
+
     def forward(self, batch_size: int, width: int) -> float:
         if width == 1 and self.plain_points:
             return interpolate(self.plain_points, batch_size)
@@ -140,6 +146,16 @@ class Estimate:
 
     def __str__(self) -> str:
         return f"{self.width}: {self.tokens:.1f} tok / {1000 * self.seconds:.1f} ms"
+
+
+def plain_could_win(ranked: Sequence[Estimate], cost: StepCost, batch_size: int) -> bool:
+    """Whether plain decoding (one token a request) at its least possible cost would beat the
+    best-rated width: only then is a batch size's first plain step worth timing. A drafter
+    accepting four tokens a step where a plain step costs most of a drafted one would otherwise pay
+    one plain step at every new batch size, 8% of a short run's steps at concurrency 8."""
+    best = ranked[0]
+    plain_rate = batch_size / max(cost.plain_floor(batch_size), 1e-9)
+    return best.width == 1 or plain_rate >= best.tokens / best.seconds
 
 
 def ranked_widths(profiles: Sequence, cost: StepCost, widths: Sequence[int]) -> list[Estimate]:

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 
 import torch
 
-from .policy import AcceptanceProfile, StepCost
+from .policy import AcceptanceProfile, StepCost, interpolate
 
 
 class RequestAcceptance:
@@ -84,6 +84,10 @@ class StepTimes:
         # overlap loop hides that work behind the device, and events time the device.
         self.gaps: deque = deque(maxlen=15)
         self.stopped_at: float | None = None
+        # Each table's curve, and each key's statistics, until they change: a step changes two
+        # keys, and recomputing every table every step took 1 ms of host time at batch 8.
+        self.cached: dict[int, list] = {}
+        self.key_cache: dict[tuple[int, int], tuple[float, int, float]] = {}
 
     def start(self, batch_size: int, width: int):
         key = (batch_size, width)
@@ -117,23 +121,38 @@ class StepTimes:
 
     def add(self, table: dict, count: int, seconds: float) -> None:
         table.setdefault(count, deque(maxlen=self.window)).append(seconds)
+        self.cached.pop(id(table), None)
+        self.key_cache.pop((id(table), count), None)
+
+    def points(self, table: dict) -> list[tuple[int, float]]:
+        """non_decreasing(table), from cached statistics of the keys that did not change."""
+        name = id(table)
+        if name not in self.cached:
+            keys = {}
+            for count, recent in table.items():
+                if (name, count) not in self.key_cache:
+                    self.key_cache[name, count] = key_stats(recent)
+                keys[count] = self.key_cache[name, count]
+            self.cached[name] = non_decreasing_levels(keys)
+        return self.cached[name]
 
     def curve(self) -> StepCost | None:
         """The cost curves over the counts seen (made non-decreasing: more tokens never cost less,
         whatever the noise); None until two drafted token counts and a width-1 step are seen."""
         if len(self.seconds) < 2 or not self.plain:
             return None
-        by_batch = {bs: non_decreasing(widths) for bs, widths in self.by_batch.items()}
+        by_batch = {bs: self.points(widths) for bs, widths in self.by_batch.items()}
         between = statistics.median(self.gaps) if self.gaps else 0.0
-        plain = non_decreasing(self.plain)
         return StepCost(
-            non_decreasing(self.seconds), plain_points=plain, by_batch=by_batch, between_steps=between
-        )
+            self.points(self.seconds), plain_points=self.points(self.plain), by_batch=by_batch,
+            between_steps=between,
+        )  # fmt: skip
 
     def unmeasured_plain(self, batch_size: int) -> bool:
         """Plain decoding not timed yet at this batch size. Its curve is by batch size, and one
         extrapolated from small batches can hide width 1 at a load never seen (a wide batch of
-        requests whose drafts fail would verify width 2 forever)."""
+        requests whose drafts fail would verify width 2 forever). The worker times it only where
+        plain decoding could win at its least possible cost (policy.plain_could_win)."""
         return batch_size not in self.plain
 
     def unmeasured_width(self, batch_size: int, widths: Sequence[int]) -> int | None:
@@ -149,21 +168,83 @@ class StepTimes:
         return None
 
 
+# Two adjacent keys whose medians differ by less than this many standard errors of the difference
+# count as one cost: without evidence that a narrower width is cheaper, the wider one (more
+# tokens a step) wins. Two ranks sharing two cores timed the same step at 30-250 ms, and medians
+# of five priced a width 2x dearer than its neighbour on noise alone.
+NOISE_Z = 2.0
+
+
+# A key timed fewer times than this may lower the curve, never raise it: one CPU hiccup at a
+# rarely run width (22 ms where its neighbours took 10) priced every wider width out through the
+# curve's slope, and a width priced too high is never run again to be corrected.
+SOLID = 3
+
+
 def non_decreasing(table: dict[int, deque]) -> list[tuple[int, float]]:
-    """The medians by key, made non-decreasing by pooling adjacent violators (isotonic least
-    squares, each median weighted by its steps). A running maximum let one slow median at a
-    rarely run key raise every key above it: a chain server priced width 8 at batch 1 1.2 ms
-    dearer than width 4, where forced runs of each took the same time."""
-    blocks: list[list] = []  # [first key, total weight, weighted sum]
-    for count, recent in sorted(table.items()):
-        blocks.append([count, len(recent), len(recent) * statistics.median(recent)])
-        while len(blocks) > 1 and blocks[-2][2] / blocks[-2][1] > blocks[-1][2] / blocks[-1][1]:
-            _, weight, total = blocks.pop()
-            blocks[-1][1] += weight
-            blocks[-1][2] += total
-    level = {first: total / weight for first, weight, total in blocks}
+    """The medians by key, made non-decreasing: keys timed fewer than SOLID times are left out
+    where they lie above the curve of the others (optimistic: a width priced too low runs and is
+    measured), then adjacent violators are pooled (isotonic least squares, each median weighted by
+    its steps), and so are adjacent keys whose medians differ by less than the timing noise."""
+    return non_decreasing_levels({count: key_stats(recent) for count, recent in table.items()})
+
+
+def non_decreasing_levels(keys: dict[int, tuple[float, int, float]]) -> list[tuple[int, float]]:
+    """non_decreasing from each key's statistics (key_stats)."""
+    solid = {count: stats for count, stats in keys.items() if stats[1] >= SOLID}
+    if solid:
+        reference = pooled_levels(solid)
+        keys = {
+            count: stats
+            for count, stats in keys.items()
+            if stats[1] >= SOLID or stats[0] <= interpolate(reference, count)
+        }
+    return pooled_levels(keys)
+
+
+def key_stats(recent) -> tuple[float, int, float]:
+    """A key's median, its number of steps and their median absolute deviation."""
+    median = middle(recent)
+    return median, len(recent), middle([abs(v - median) for v in recent])
+
+
+def middle(values) -> float:
+    ordered, n = sorted(values), len(values)
+    return ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2
+
+
+def pooled_levels(keys: dict[int, tuple[float, int, float]]) -> list[tuple[int, float]]:
+    """Pool adjacent violators and keys closer than the noise (NOISE_Z standard errors). A running
+    maximum let one slow median at a rarely run key raise every key above it: a chain server priced
+    width 8 at batch 1 1.2 ms dearer than width 4, where forced runs of each took the same time."""
+    noise = relative_noise(keys)
+    blocks: list[list] = []  # [first key, total weight, weighted sum, variance of the level]
+    for count, (median, n, deviation) in sorted(keys.items()):
+        spread = 1.4826 * deviation if n >= SOLID else noise * median  # the table's, for few steps
+        blocks.append([count, n, n * median, (1.2533 * spread) ** 2 / n])  # the median's variance
+        while len(blocks) > 1 and indistinct(blocks[-2], blocks[-1]):
+            _, weight, total, variance = blocks.pop()
+            low = blocks[-1]
+            low[3] = (low[1] ** 2 * low[3] + weight**2 * variance) / (low[1] + weight) ** 2
+            low[1] += weight
+            low[2] += total
+    level = {first: total / weight for first, weight, total, _ in blocks}
     points, value = [], 0.0
-    for count in sorted(table):
+    for count in sorted(keys):
         value = level.get(count, value)
         points.append((count, value))
     return points
+
+
+def indistinct(low: list, high: list) -> bool:
+    """The higher key measured cheaper, or dearer by less than the noise."""
+    difference = high[2] / high[1] - low[2] / low[1]
+    return difference < NOISE_Z * (low[3] + high[3]) ** 0.5
+
+
+def relative_noise(keys: dict[int, tuple[float, int, float]]) -> float:
+    """The typical spread of one step's time relative to its key's median (a standard deviation
+    from the MAD), over the keys timed SOLID times or more: what a key run once or twice is
+    assumed to vary by."""
+    spreads = [1.4826 * deviation / median for median, n, deviation in keys.values() if n >= SOLID]
+    return middle(spreads) if spreads else 0.0

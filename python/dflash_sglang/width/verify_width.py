@@ -36,7 +36,7 @@ from ..errors import DFlashConfigError
 from ..runtime import dp_attention
 from ..runtime.block import block_kv_plan
 from ..tree.widths import TreeAcceptance, tree_widths
-from .policy import ranked_widths
+from .policy import plain_could_win, ranked_widths
 from .stats import RequestAcceptance, StepTimes
 
 logger = logging.getLogger(__name__)
@@ -158,15 +158,17 @@ class VerifyWidth:
     def adaptive_choice(self, batch) -> int:
         profiles = self.acceptance.profiles(batch.reqs)
         curve = self.times.curve()
+        batch_size = len(batch.reqs)
         if curve is None:  # time the whole block, half of it and plain decoding first
-            width = self.times.unmeasured_width(len(batch.reqs), self.candidates) or self.widest
-        elif self.times.unmeasured_plain(len(batch.reqs)):  # one cheap step a new batch size
-            width = 1
+            width = self.times.unmeasured_width(batch_size, self.candidates) or self.widest
         else:
             ranked = ranked_widths(profiles, curve, self.candidates)
-            self.last_view = (len(batch.reqs), ranked)
+            self.last_view = (batch_size, ranked)
             width = ranked[0].width
-            if self.ran_widest < WIDEST_FIRST and self.steps % EXPLORE_FIRST_EVERY == EXPLORE_FIRST_EVERY - 1:
+            widest_turn = self.steps % EXPLORE_FIRST_EVERY == EXPLORE_FIRST_EVERY - 1
+            if self.times.unmeasured_plain(batch_size) and plain_could_win(ranked, curve, batch_size):
+                width = 1  # one cheap step a new batch size, where plain decoding could win
+            elif self.ran_widest < WIDEST_FIRST and widest_turn:
                 width = self.widest
             elif self.steps % EXPLORE_EVERY == EXPLORE_EVERY - 1:
                 width = next((e.width for e in ranked if e.width > width), width)
@@ -174,7 +176,7 @@ class VerifyWidth:
             width = self.tp_group.broadcast_object(width)  # rank 0's timings decide for all
         self.ran_widest += width == self.widest  # what ran, the same on every rank
         self.acceptance.verified(batch.reqs, width)
-        self.step_started = self.times.start(len(batch.reqs), width)
+        self.step_started = self.times.start(batch_size, width)
         return width
 
     def walked(self, reqs, front: torch.Tensor, lengths: torch.Tensor) -> None:
