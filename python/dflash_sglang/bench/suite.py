@@ -9,7 +9,7 @@ SGLang's built-in DFLASH worker (DFLASH_SGLANG_WORKER=builtin), and our worker a
 and 16 (the pair's drafter is trained at 8: acceptance per block size). Writes
 `tiny-cpu.{md,json}` and PNGs into --out, and the same tables between the `make bench` markers of
 --docs (docs/benchmarks.md). Then the same at `--tp-size 2` (two ranks over gloo, one core each):
-no speculation, our overlap worker and SGLang's built-in, into `tiny-cpu-tp2.*` and the
+no speculation, our overlap worker (adaptive and whole blocks) and SGLang's built-in, into `tiny-cpu-tp2.*` and the
 `make bench tp2` markers. Then trees (`--speculative-eagle-topk`) against the chain and no
 speculation, fixed and with the adaptive width choosing tree budgets, into `tiny-cpu-tree.*` and
 the `make bench tree` markers; and trees on a random hybrid (Qwen3.5-style) pair into
@@ -78,7 +78,12 @@ TP2_VARIANTS = [
     Variant("no-spec tp2", False, ONE_CORE_PER_RANK, "plain decoding, --tp-size 2", args=TP2),
     Variant(
         "dflash_sglang spec-v2 tp2", True, {**ONE_CORE_PER_RANK, "SGLANG_ENABLE_SPEC_V2": "1"},
-        "our worker, SGLANG_ENABLE_SPEC_V2=1, --tp-size 2", args=TP2,
+        "our worker, SGLANG_ENABLE_SPEC_V2=1, --tp-size 2 (the adaptive width, the default on CPU)", args=TP2,
+    ),
+    Variant(
+        "dflash_sglang spec-v2 tp2 fixed", True,
+        {**ONE_CORE_PER_RANK, "SGLANG_ENABLE_SPEC_V2": "1", "DFLASH_SGLANG_ADAPTIVE_WIDTH": "0"},
+        "our worker, SGLANG_ENABLE_SPEC_V2=1, DFLASH_SGLANG_ADAPTIVE_WIDTH=0, --tp-size 2", args=TP2,
     ),
     Variant(
         "sglang built-in tp2", True, {**ONE_CORE_PER_RANK, "DFLASH_SGLANG_WORKER": "builtin"},
