@@ -63,37 +63,35 @@ def test_adaptive_times_plain_decoding_at_each_new_batch_size(monkeypatch):
     assert 32 in times.plain and not times.unmeasured_plain(32)
 
 
+def timed_at_batch_1(monkeypatch, four: float, eight: float, accepted: int) -> VerifyWidth:
+    """An adaptive block of 8 timed at batch 1 (plain 10 ms, 4 and 8 tokens as given) whose pooled
+    acceptance is `accepted` in 1000 at every position."""
+    monkeypatch.delenv(WIDTHS_ENV, raising=False)
+    monkeypatch.setenv(verify_width.ADAPTIVE_ENV, "1")
+    widths = VerifyWidth(8)
+    times = widths.times
+    times.add(times.plain, 1, 0.010)
+    times.add(times.seconds, 8, eight)
+    times.add(times.seconds, 4, four)
+    widths.acceptance.pooled.accepted = [accepted] * 7
+    widths.acceptance.pooled.reached = [1000] * 7
+    return widths
+
+
 def test_a_new_batch_size_skips_the_plain_step_where_plain_decoding_cannot_win(monkeypatch):
     """Drafts accepted nine times in ten and drafted steps barely dearer than plain ones: plain
     decoding, even at batch 1's plain cost, would commit a fifth of the best width's tokens per
     second, so batch 2's first step verifies the block instead of timing a plain step."""
-    monkeypatch.delenv(WIDTHS_ENV, raising=False)
-    monkeypatch.setenv(verify_width.ADAPTIVE_ENV, "1")
-    widths = VerifyWidth(8)
-    times = widths.times
-    times.add(times.plain, 1, 0.010)
-    times.add(times.seconds, 4, 0.0105)
-    times.add(times.seconds, 8, 0.011)
-    widths.acceptance.pooled.accepted = [900] * 7
-    widths.acceptance.pooled.reached = [1000] * 7
+    widths = timed_at_batch_1(monkeypatch, four=0.0105, eight=0.011, accepted=900)
     widths.ran_widest = verify_width.WIDEST_FIRST  # past the first widest steps
     assert widths.choose(fake_batch(2)) == 8
-    assert times.unmeasured_plain(2)
+    assert widths.times.unmeasured_plain(2)
 
 
 def drafts_that_never_fit(monkeypatch) -> VerifyWidth:
-    """An adaptive block of 8 at batch 1, timed (plain, 4 and 8 tokens), whose pooled acceptance
-    is nil: plain decoding wins every choice."""
-    monkeypatch.delenv(WIDTHS_ENV, raising=False)
-    monkeypatch.setenv(verify_width.ADAPTIVE_ENV, "1")
-    widths = VerifyWidth(8)
-    times = widths.times
-    times.add(times.plain, 1, 0.010)
-    times.add(times.seconds, 8, 0.030)
-    times.add(times.seconds, 4, 0.020)
-    widths.acceptance.pooled.accepted = [0] * 7
-    widths.acceptance.pooled.reached = [1000] * 7
-    return widths
+    """Timed at batch 1 (plain, 4 and 8 tokens), with a pooled acceptance of nil: plain decoding
+    wins every choice."""
+    return timed_at_batch_1(monkeypatch, four=0.020, eight=0.030, accepted=0)
 
 
 def test_adaptive_explores_one_width_wider_every_so_often(monkeypatch):

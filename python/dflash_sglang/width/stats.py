@@ -9,8 +9,9 @@
   request's first steps are sized by what drafts achieve on this server, not by a flat prior).
 - Step cost: the seconds of each decode step by its batch size and width, and by its verify tokens
   (batch size x width) for batch sizes without points of their own; the median of the last few
-  steps per key (one slow step, a CPU's scheduling hiccup, must not
-  price a width out until it runs again); steps of width 1 (no drafter) kept apart, by batch size.
+  steps per key (one slow step, a CPU's scheduling hiccup, must not price a width out until it
+  runs again), adjacent keys within the timing noise pooled, a key timed once or twice never
+  raising a curve; steps of width 1 (no drafter) kept apart, by batch size.
   Timed with CUDA events read a step later (never waiting) on a GPU, or the host clock on a CPU,
   where the step computes synchronously.
 Nothing here reads device data on the host.
@@ -220,8 +221,9 @@ def pooled_levels(keys: dict[int, tuple[float, int, float]]) -> list[tuple[int, 
     noise = relative_noise(keys)
     blocks: list[list] = []  # [first key, total weight, weighted sum, variance of the level]
     for count, (median, n, deviation) in sorted(keys.items()):
+        # 1.4826 MAD: a normal spread's standard deviation; 1.2533 sd / sqrt(n): a median's error.
         spread = 1.4826 * deviation if n >= SOLID else noise * median  # the table's, for few steps
-        blocks.append([count, n, n * median, (1.2533 * spread) ** 2 / n])  # the median's variance
+        blocks.append([count, n, n * median, (1.2533 * spread) ** 2 / n])
         while len(blocks) > 1 and indistinct(blocks[-2], blocks[-1]):
             _, weight, total, variance = blocks.pop()
             low = blocks[-1]
