@@ -9,12 +9,12 @@ SGLang's built-in DFLASH worker (DFLASH_SGLANG_WORKER=builtin), and our worker a
 and 16 (the pair's drafter is trained at 8: acceptance per block size). Writes
 `tiny-cpu.{md,json}` and PNGs into --out, and the same tables between the `make bench` markers of
 --docs (docs/benchmarks.md). Then the same at `--tp-size 2` (two ranks over gloo, one core each):
-no speculation, our overlap worker (adaptive and whole blocks) and SGLang's built-in, into `tiny-cpu-tp2.*` and the
-`make bench tp2` markers. Then trees (`--speculative-eagle-topk`) against the chain and no
-speculation, fixed and with the adaptive width choosing tree budgets, into `tiny-cpu-tree.*` and
-the `make bench tree` markers; and trees on a random hybrid (Qwen3.5-style) pair into
-`tiny-cpu-hybrid-tree.*` and the `make bench hybrid tree` markers. A server that fails to start is
-reported as such; the others run.
+no speculation, our overlap worker (adaptive and whole blocks) and SGLang's built-in, into
+`tiny-cpu-tp2.*` and the `make bench tp2` markers. Then trees (`--speculative-eagle-topk`)
+against the chain and no speculation, fixed and with the adaptive width choosing tree budgets,
+into `tiny-cpu-tree.*` and the `make bench tree` markers; and trees on a random hybrid
+(Qwen3.5-style) pair into `tiny-cpu-hybrid-tree.*` and the `make bench hybrid tree` markers. A
+server that fails to start is reported as such; the others run.
 """
 
 from __future__ import annotations
