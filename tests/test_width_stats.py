@@ -155,3 +155,11 @@ def test_widths_apart_by_less_than_the_noise_cost_the_same():
     }
     points = dict(non_decreasing(steady))
     assert points[4] == pytest.approx(0.0092) and points[8] == pytest.approx(0.0102)
+
+
+def test_steps_timed_at_zero_seconds_price_without_dividing_by_zero():
+    """A clock too coarse for a step reads 0 s: the noise estimate skips such keys (the pricing
+    runs inside the decode step, where an exception would take the server down)."""
+    table = {4: deque([0.0] * 5), 8: deque([0.0] * 3), 16: deque([0.002] * 5)}
+    points = dict(non_decreasing(table))
+    assert points[4] == points[8] == 0.0 and points[16] == pytest.approx(0.002)

@@ -248,5 +248,6 @@ def relative_noise(keys: dict[int, tuple[float, int, float]]) -> float:
     """The typical spread of one step's time relative to its key's median (a standard deviation
     from the MAD), over the keys timed SOLID times or more: what a key run once or twice is
     assumed to vary by."""
-    spreads = [1.4826 * deviation / median for median, n, deviation in keys.values() if n >= SOLID]
+    # A zero median (a clock too coarse for the step) has no relative spread: skipped, not divided.
+    spreads = [1.4826 * dev / median for median, n, dev in keys.values() if n >= SOLID and median > 0]
     return middle(spreads) if spreads else 0.0
