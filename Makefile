@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: install system-libs test test-fast lint serve demo bench bench-adaptive tiny-pair gpu-check soak
+.PHONY: install system-libs test test-fast lint serve demo bench bench-adaptive tiny-pair gpu-check soak planted law-power
 
 install: system-libs
 	python3 -m venv $(VENV)
@@ -70,3 +70,16 @@ gpu-check:
 # hybrid target); roughly 25 min on 2 cores (300 per configuration took 4 min for the first three).
 soak:
 	$(PY) -m dflash_sglang.soak --pair $(PAIR) $(SOAK_ARGS)
+
+# The law tests' power (tests/planted/, docs/reliability.md). `make planted`: every planted bug
+# against the law tests of the paths it reaches, on real servers (about two minutes a cell).
+# `make law-power`: the same judge on engine-free runs of the chain's law case, RUNS runs a bug.
+PLANTED_ARGS ?=
+RUNS ?= 5
+planted:
+	$(PY) -m tests.planted.matrix --unplanted $(PLANTED_ARGS)
+
+law-power:
+	$(PY) -m tests.planted.power --runs $(RUNS)
+	for bug in $$($(PY) -m tests.planted.plant --list | cut -d' ' -f1); do \
+		$(PY) -m tests.planted.plant $$bug -- $(PY) -m tests.planted.power --runs $(RUNS); done

@@ -69,5 +69,9 @@ def test_rejection_sampling_emits_the_target_distribution():
         reached = lengths >= 2
         assert reached.sum() > 10_000  # position 1 is exercised, not just position 0
         assert total_variation(tokens[reached, 1], p[1]) < 0.015
-        # Negative control: the drafts alone do not follow p (the test can tell the difference).
-        assert total_variation(drafts[:, 0].contiguous(), p[0]) > 0.05
+    # Negative control: a point-draft verify whose resample keeps the rejected draft (draws from p,
+    # not the residual) fails the same bound, so the bound can see that classic bug.
+    point = q.argmax(-1)[0].expand(n)
+    accepted = torch.rand(n, generator=g) < p[0, point]
+    buggy = torch.where(accepted, point, torch.multinomial(p[0], n, replacement=True, generator=g))
+    assert total_variation(buggy, p[0]) > 0.05

@@ -22,7 +22,7 @@ ENGINE_FREE = [
     "errors", "drafter.config", "drafter.model", "drafter.reference", "sampling.accept",
     "drafter.context", "drafter.conv", "drafter.domino", "drafter.generations", "drafter.laguna",
     "drafter.selector", "drafter.variants", "sampling.distribution", "sampling.target_law", "tree.build",
-    "width.policy",
+    "width.policy", "drafter", "sampling", "tree", "width",  # the folders' __init__ run first
 ]  # fmt: skip
 
 
@@ -32,7 +32,8 @@ def module_name(path: Path) -> str:
 
 
 def imports_of(path: Path) -> set[str]:
-    """Every dflash_sglang module this file imports, anywhere in it (local imports included)."""
+    """Every dflash_sglang module this file imports, anywhere in it (local imports included), and
+    the packages whose `__init__` Python runs on the way."""
     name = module_name(path)
     package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
     found = set()
@@ -52,6 +53,11 @@ def imports_of(path: Path) -> set[str]:
             for alias in node.names:
                 if alias.name.split(".")[0] == "dflash_sglang":
                     found.add(alias.name.removeprefix("dflash_sglang").lstrip("."))
+    # Importing a.b.c runs a/__init__ and a/b/__init__ first: those are imported too, except this
+    # module's own packages (already imported by the time it runs).
+    parts = name.split(".")
+    own = {".".join(parts[:i]) for i in range(1, len(parts) + 1)}
+    found |= {".".join(t.split(".")[:i]) for t in found for i in range(1, t.count(".") + 1)} - own
     return {target for target in found if target and target != name}
 
 

@@ -63,7 +63,7 @@ def generate(server, input_ids, max_new_tokens: int = MAX_NEW) -> dict:
 # The verify runs the chunked delta rule over a block where no-spec runs one recurrent step per
 # token: float32 sums in another order drift logprobs by about 1e-4 over 20 tokens (tokens equal).
 HYBRID_LOGPROB_TOLERANCE = 1e-3
-FEATURES = ["top_logprobs_num", "json_schema", "regex", "all_penalties", "min_new_tokens", "logit_bias"]
+FEATURES = ["top_logprobs_num", "json_schema", "regex", "additive_penalties", "min_new_tokens", "logit_bias"]
 
 
 def assert_request_features_equal_nospec(server, nospec) -> None:

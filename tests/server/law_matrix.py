@@ -5,18 +5,23 @@ Each path's server gets one batch mixing SETTINGS (real temperatures and filters
 steps per request). For each setting, the completions are tested against the target's own law,
 computed independently of our worker: the target model's logits (transformers, float64), the
 penalty as SGLang's penalizer applies it, the temperature, then SGLang's own no-spec filter
-(`top_k_top_p_min_p_sampling_from_probs_torch`, the CPU sampler). The test is the sequential
-probability integral transform (sampling_law.py): every token's u given its prefix is uniform
-exactly when the completions follow the law; and no token may fall outside the filter's support
-(relaxed by a hair for float32 against float64). Each setting has a negative control, the law with
-its filter (or penalty) dropped, that the same completions must fail, so the test is shown to see
-what the filter does on that very path. Against a control two statistics run, Bonferroni-combined:
-the PIT, and the sequential likelihood ratio of the tested law against the control (under the
-control, the product over tokens of law/control is a martingale of mean 1, so its inverse is a
-valid p-value by Ville's inequality; the PIT alone needs hundreds of repeats to see a penalty). A
-top_p of 0.9 at T0.6 cuts little of this peaked target's mass (the dropped-filter control would
-need thousands of tokens), so its control also moves the temperature. The p-values of every run
-are printed as a matrix at the end of the session (conftest.py).
+(`top_k_top_p_min_p_sampling_from_probs_torch`, the CPU sampler). Three tests, any of which fails
+the setting:
+- no token may fall outside the filter's support (relaxed by a hair for float32 against float64);
+- the sequential probability integral transform (`pit_pvalue`): every token's u given its prefix
+  is uniform exactly when the completions follow the law;
+- the likelihood ratio against the laws of the classic bugs of speculative sampling
+  (law_statistics.py; with `drafter`, against each draft's mass too: law_drafts.py reads the
+  drafts back). This is where the power is: docs/reliability.md has the rates at which each
+  planted bug (tests/planted/) is caught.
+The PIT and the ratio are Bonferroni-combined, and PASS splits 1e-4 among the settings, so a
+path's check raises a false alarm at most once in 10,000 runs. Each setting also has a negative
+control, the law with its filter (or penalty) dropped, that the same completions must fail: it
+shows the filter did something on that path (PIT and the likelihood ratio of law to control, by
+Ville's inequality; a top_p of 0.9 at T0.6 cuts little of a peaked target's mass, so its control
+also moves the temperature). It says nothing of the power against a wrong sampler: the planted
+bugs do. The p-values of every run are printed as a matrix at the end of the session
+(conftest.py).
 """
 
 from __future__ import annotations
@@ -28,12 +33,16 @@ import torch
 from scipy import stats
 from sglang.srt.layers.sampler import top_k_top_p_min_p_sampling_from_probs_torch
 
+from .law_drafts import read_blocks
+from .law_statistics import likelihood_ratio_pvalue
+
 # Every decoding path and the test module whose server runs it (docs/features.md cites these).
 PATHS = {
     "chain, overlap worker": "test_worker.py",
     "chain, plain worker": "test_worker.py",
     "tree 16 nodes, overlap worker": "test_tree.py",
     "tree 32 nodes, plain worker": "test_tree.py",
+    "tree 16 nodes, overlap worker, trained pair": "test_tree.py",
     "tree 8 nodes, TP=2, overlap worker": "test_tree.py",
     "tree, forced budget cycle": "test_tree_widths.py",
     "tree, adaptive budgets": "test_tree_widths.py",
@@ -49,6 +58,7 @@ PATHS = {
     "draft window, plain worker": "test_draft_window.py",
     "draft window, sliding drafter, overlap worker, width cycle": "test_draft_window.py",
     "TP=2, overlap worker": "test_tp.py",
+    "TP=2, overlap worker, trained pair": "test_tp.py",
     "TP=2, plain worker, Laguna + Domino drafter": "test_tp.py",
     "TP=2, plain worker, draft window": "test_tp.py",
     "DP attention, overlap worker": "test_dp_attention.py",
@@ -75,7 +85,9 @@ SETTINGS = {
     "T1.0 min_p0.1": Setting({"temperature": 1.0, "min_p": 0.1}, {"temperature": 1.0}),
     "T0.8 freq1.0": Setting({"temperature": 0.8, "frequency_penalty": 1.0}, {"temperature": 0.8}),
 }
-PASS = 1e-4  # the law's p-value must be above this (a false alarm once in 10,000 checks)
+# Each setting's law p-value must be above this: a path's check (every setting) raises a false
+# alarm at most once in 10,000 runs.
+PASS = 1e-4 / len(SETTINGS)
 REJECT = 1e-6  # the control's p-value must be below this
 RESULTS: list[dict] = []  # every check of the session, for the matrix conftest.py prints
 
@@ -94,11 +106,12 @@ def sampled_batch(server, prompt: list[int], n: int, max_new: int, extra: dict, 
         bodies = [{"input_ids": prompt, "sampling_params": p, **extra} for p in params]
         with ThreadPoolExecutor(64) as pool:
             outs = list(pool.map(lambda body: server.post("/generate", body), bodies))
-    assert any(out["meta_info"].get("spec_accept_length", 0) > 1 for out in outs), "no draft was accepted"
-    completions = {name: [] for name in SETTINGS}
+    completions, accepted = {name: [] for name in SETTINGS}, dict.fromkeys(SETTINGS, False)
     for name, out in zip(names, outs, strict=True):
         assert len(out["output_ids"]) == max_new
         completions[name].append(out["output_ids"])
+        accepted[name] |= out["meta_info"].get("spec_accept_length", 0) > 1
+    assert all(accepted.values()), f"no draft was accepted under {[k for k, v in accepted.items() if not v]}"
     return completions
 
 
@@ -121,17 +134,21 @@ def relaxed(params: dict) -> dict:
 
 
 def law(logits: torch.Tensor, completions: torch.Tensor, params: dict) -> torch.Tensor:
-    """[n, L, V] logits -> [n, L, V] the probabilities SGLang's no-spec sampler draws from."""
+    """[n, L, V] logits -> [n, L, V] the probabilities SGLang's no-spec sampler draws from.
+    Two keys describe wrong laws for law_statistics.py: `stale_penalty` (the penalty misses the
+    token just before) and `filter_untempered` (the filter measured before the temperature)."""
     n, length, vocab = logits.shape
     penalty = params.get("frequency_penalty", 0.0)
     if penalty:  # each position is penalised by the counts of the tokens generated before it
         counts = torch.nn.functional.one_hot(completions, vocab).double().cumsum(1)
-        logits = logits - penalty * torch.cat([torch.zeros_like(counts[:, :1]), counts[:, :-1]], 1)
+        lag = 2 if params.get("stale_penalty") else 1
+        logits = logits - penalty * torch.cat([torch.zeros_like(counts[:, :lag]), counts[:, :-lag]], 1)
     probs = torch.softmax(logits / params.get("temperature", 1.0), -1).reshape(-1, vocab)
+    measured = torch.softmax(logits, -1).reshape(-1, vocab) if params.get("filter_untempered") else probs
     rows = probs.shape[0]
     top_k = params.get("top_k", vocab)
     _, kept, order, _ = top_k_top_p_min_p_sampling_from_probs_torch(
-        probs.clone(),
+        measured.clone(),
         torch.full((rows,), top_k if top_k > 0 else vocab),
         torch.full((rows,), params.get("top_p", 1.0), dtype=torch.float64),
         torch.full((rows,), params.get("min_p", 0.0), dtype=torch.float64),
@@ -140,13 +157,15 @@ def law(logits: torch.Tensor, completions: torch.Tensor, params: dict) -> torch.
         torch.zeros(rows, dtype=torch.long),
         return_filtered_probs=True,
     )
-    filtered = torch.zeros_like(probs).scatter_(-1, order.long(), kept)
+    support = torch.zeros_like(probs).scatter_(-1, order.long(), (kept > 0).double())
+    filtered = probs * support
     return (filtered / filtered.sum(-1, keepdim=True)).view(n, length, vocab)
 
 
 def pit_pvalue(probs: torch.Tensor, completions: torch.Tensor, seed: int = 0) -> float:
-    """Sequential randomized PIT + Kolmogorov-Smirnov (sampling_law.sequential_pit_pvalue, for a
-    given law per position): u = P(more likely than x) + v * P(x), v ~ U(0, 1)."""
+    """Sequential randomized PIT + Kolmogorov-Smirnov, for a given law per position:
+    u = P(more likely than x) + v * P(x), v ~ U(0, 1), exactly i.i.d. uniform when every token
+    follows its law given its prefix (the Rosenblatt transform)."""
     chosen = probs.gather(-1, completions.unsqueeze(-1))
     below = (probs * (probs > chosen)).sum(-1, keepdim=True)
     jitter = torch.rand(chosen.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
@@ -159,7 +178,7 @@ def outside(support: torch.Tensor, completions: torch.Tensor) -> int:
     return int((support.gather(-1, completions.unsqueeze(-1)) == 0).sum())
 
 
-def likelihood_ratio_pvalue(tested: torch.Tensor, control: torch.Tensor, completions: torch.Tensor) -> float:
+def control_ratio_pvalue(tested: torch.Tensor, control: torch.Tensor, completions: torch.Tensor) -> float:
     """Under the control law, P(prod tested/control >= 1/p) <= p: p = prod control/tested."""
     chosen = completions.unsqueeze(-1)
     log_ratio = control.gather(-1, chosen).clamp_min(1e-300).log() - tested.gather(-1, chosen).log()
@@ -181,20 +200,42 @@ def most_uncertain(model, prompts: list[list[int]], steps: int = 8) -> list[int]
     return max(prompts, key=entropy)
 
 
-def judge(setting: Setting, model, prompt: list[int], completions: list[list[int]]) -> tuple:
-    """(p, control p, the failure in words or "") of one setting's completions."""
+@torch.no_grad()
+def most_powerful(model, prompts: list[list[int]], steps: int = 8) -> list[int]:
+    """The prompt whose greedy continuation's top token is likely yet uncertain (sum of p(1 - p)):
+    a good drafter drafts that token, and a wrong acceptance or residual moves its mass most
+    where p is near a half (law_statistics.py). Fixed by the model alone, before any sample."""
+
+    def score(prompt: list[int]) -> float:
+        seq, total = list(prompt), 0.0
+        for _ in range(steps):
+            top = float(torch.softmax(model(torch.tensor([seq])).logits[0, -1].double(), -1).max())
+            total += top * (1 - top)
+            seq.append(int(model(torch.tensor([seq])).logits[0, -1].argmax()))
+        return total
+
+    return max(prompts, key=score)
+
+
+def judge(setting: Setting, model, prompt: list[int], completions: list[list[int]], drafter=None) -> tuple:
+    """(p, control p, the failure in words or "") of one setting's completions. p is the smaller,
+    Bonferroni-doubled, of the PIT's and the likelihood ratio's against the bugs' own laws
+    (law_statistics.py; `drafter`, a law_drafts.ChainDrafter, lets it see the drafts)."""
     tokens = torch.tensor(completions)
     logits = target_logits(model, prompt, completions)
     target, support = law(logits, tokens, setting.params), law(logits, tokens, relaxed(setting.params))
     stray = outside(support, tokens)
-    p = pit_pvalue(target, tokens) if not stray else 0.0
+    usable = ((target > 0) == (support > 0)).all(-1)
+    state = read_blocks(model, drafter, prompt, completions) if drafter is not None else None
+    ratio = likelihood_ratio_pvalue(law, logits, tokens, setting.params, target, usable, state)
+    p = min(1.0, 2 * min(pit_pvalue(target, tokens), ratio)) if not stray else 0.0
     control_law = law(logits, tokens, setting.control)
-    statistics = (pit_pvalue(control_law, tokens), likelihood_ratio_pvalue(support, control_law, tokens))
+    statistics = (pit_pvalue(control_law, tokens), control_ratio_pvalue(support, control_law, tokens))
     control = min(1.0, 2 * min(statistics))
     if p > PASS and control < REJECT:
         return p, control, ""
     stray_note = f"; {stray} tokens outside the filter" if stray else ""
-    return p, control, f"p {p:.3g} (must be > {PASS}{stray_note}), control {control:.3g} (< {REJECT})"
+    return p, control, f"p {p:.3g} (must be > {PASS:.2g}{stray_note}), control {control:.3g} (< {REJECT})"
 
 
 def assert_follows_the_law(setting: Setting, model, prompt: list[int], completions: list[list[int]]) -> None:
@@ -205,15 +246,16 @@ def assert_follows_the_law(setting: Setting, model, prompt: list[int], completio
 
 def assert_every_setting_follows_the_law(
     path: str, server, model, prompts: list[list[int]], n: int = 32, max_new: int = 24,
-    extra: dict | None = None, batched: bool = True,
+    extra: dict | None = None, batched: bool = True, drafter=None,
 ) -> None:  # fmt: skip
     """Every setting's completions pass against the target's law and fail against its control
-    (`extra`: request fields every request carries, such as a LoRA adapter's name)."""
+    (`extra`: request fields every request carries, such as a LoRA adapter's name; `drafter`: the
+    chain's drafter, law_drafts.ChainDrafter, for the tests that watch the drafts)."""
     assert path in PATHS, f"register {path!r} in law_matrix.PATHS"
     prompt = most_uncertain(model, prompts)
     failures = []
     for name, completions in sampled_batch(server, prompt, n, max_new, extra or {}, batched).items():
-        p, control, failure = judge(SETTINGS[name], model, prompt, completions)
+        p, control, failure = judge(SETTINGS[name], model, prompt, completions, drafter)
         RESULTS.append({"path": path, "setting": name, "p": p, "control": control})
         if failure:
             failures.append(f"{name}: {failure}")

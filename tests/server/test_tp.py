@@ -29,6 +29,7 @@ from dflash_sglang.testing.tiny_variants import write_variant_pair
 
 from . import hybrid
 from .conftest import dflash_args
+from .law_case import COMPLETIONS, trained_case
 from .law_matrix import assert_every_setting_follows_the_law
 from .pairs import HOT_SHAPE, load, reference
 
@@ -157,3 +158,13 @@ def test_the_sampled_law_with_real_filters_and_greedy_stays_exact(dflash, prompt
     assert_every_setting_follows_the_law(path[dflash.kind], dflash, target, prompt_ids)
     for ids, want in zip(prompt_ids[:3], expected[:3], strict=True):
         assert dflash.generate(ids, MAX_NEW)["output_ids"] == want
+
+
+def test_the_sampled_law_at_tp2_on_the_trained_pair():
+    """law_case.py's trained pair, where the bugs of speculative sampling show, under the overlap
+    worker at TP=2: each rank verifies the same drafts with the same uniforms, or the law breaks."""
+    pair, target, drafter, prompt = trained_case()
+    args = [*TP2, *dflash_args(pair, drafter.block_size)]
+    with SGLangServer(pair.target, args, env=WORKERS["overlap"][0]) as server:
+        path = "TP=2, overlap worker, trained pair"
+        assert_every_setting_follows_the_law(path, server, target, [prompt], n=COMPLETIONS, drafter=drafter)

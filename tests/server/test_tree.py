@@ -29,6 +29,7 @@ from dflash_sglang.drafter.reference import dflash_generate
 from dflash_sglang.testing.server import SGLangServer
 
 from .conftest import OVERLAP_CHECKED, PLAIN
+from .law_case import COMPLETIONS, trained_case
 from .law_matrix import assert_every_setting_follows_the_law
 from .pairs import chat_prompts, load, word_prompts
 from .test_request_features import SCHEMA
@@ -203,3 +204,13 @@ def test_logprobs_equal_nospec(tree_server, nospec8, prompt_ids):
         flat = lambda rows: [x for row in rows for x in (row if isinstance(row[0], list) else [row])]  # noqa: E731
         assert [t for _, t, *_ in flat(g)] == [t for _, t, *_ in flat(w)]
         assert all(abs(a[0] - b[0]) < 1e-3 for a, b in zip(flat(g), flat(w), strict=True))
+
+
+def test_the_sampled_law_of_a_tree_on_the_trained_pair():
+    """law_case.py's trained pair and prompt, a 16-node tree (K 4) under the overlap worker: the
+    law with the power of docs/reliability.md (the tree's target-only walk has no drafts' mass
+    to judge, so the likelihood ratios here look at the laws themselves)."""
+    pair, target, _, prompt = trained_case()
+    with SGLangServer(pair.target, tree_args(pair, 4, 16), env=OVERLAP_CHECKED) as server:
+        path = "tree 16 nodes, overlap worker, trained pair"
+        assert_every_setting_follows_the_law(path, server, target, [prompt], n=COMPLETIONS)

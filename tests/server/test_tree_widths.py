@@ -26,6 +26,7 @@ from .conftest import OVERLAP_CHECKED, PLAIN
 from .law_matrix import assert_every_setting_follows_the_law
 from .pairs import load, word_prompts
 from .test_tree import MAX_NEW, tree_args, tree_reference
+from .test_verify_width import reported_widths
 
 TOPK, NODES = 4, 16
 CYCLE = "16,1,5,2,9,3,16,4"
@@ -91,6 +92,8 @@ def test_adaptive_tree_budgets_equal_nospec_and_report_what_ran(adaptive, prompt
     assert [out["output_ids"] for out in together] == expected
     assert f"a tree of {NODES} nodes, adaptive" in log
     assert steps >= REPORT_EVERY and f"verify widths of the last {REPORT_EVERY} steps" in log
+    ran = set().union(*reported_widths(log))
+    assert len(ran) >= 2, f"the policy ran only budgets {ran}: it did not adapt"
 
 
 def test_the_sampled_law_with_real_filters_under_adaptive_budgets(pair8, adaptive, prompt_ids):

@@ -18,6 +18,7 @@ Three servers, one at a time.
 
 from __future__ import annotations
 
+import ast
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -25,6 +26,7 @@ import pytest
 from dflash_sglang.testing.server import SGLangServer
 from dflash_sglang.width.verify_width import ADAPTIVE_ENV, REPORT_EVERY, WIDTHS_ENV
 
+from .broken_drafters import drafter, drafter_weights
 from .conftest import OVERLAP_CHECKED, PLAIN, dflash_args
 from .law_matrix import assert_every_setting_follows_the_law
 from .pairs import load, reference, word_prompts
@@ -91,6 +93,14 @@ def test_the_adaptive_width_is_exact_and_reports_what_ran(pair, adaptive, prompt
     assert [out["output_ids"] for out in together] == want
     assert f"verify width adaptive (the default here; {ADAPTIVE_ENV}=0 turns it off)" in log
     assert steps >= REPORT_EVERY and f"verify widths of the last {REPORT_EVERY} steps" in log
+    ran = set().union(*(widths for widths in reported_widths(log)))
+    assert len(ran) >= 2, f"the policy ran only widths {ran}: it did not adapt"
+
+
+def reported_widths(log: str) -> list[dict]:
+    """Every `verify widths of the last N steps: {width: steps}` report of the log, in order."""
+    marker = f"verify widths of the last {REPORT_EVERY} steps: "
+    return [ast.literal_eval(line.split(marker, 1)[1].strip()) for line in log.splitlines() if marker in line]
 
 
 @pytest.mark.parametrize("server", ["overlap"], indirect=True)
@@ -104,3 +114,19 @@ def test_the_sampled_law_with_real_filters_under_the_adaptive_width(pair, adapti
     """law_matrix.SETTINGS in one mixed batch, at whatever widths the policy picks."""
     _, target, _ = load(pair.target, pair.draft)
     assert_every_setting_follows_the_law("chain, adaptive width", adaptive, target, prompt_ids)
+
+
+def test_a_drafter_that_never_fits_drives_the_adaptive_width_to_plain_decoding(pair, adaptive, prompt_ids):
+    """A drafter whose every draft is token 0 (never the target's) swapped into the running server:
+    the policy's next reports are mostly plain decoding (width 1), and the output stays exact."""
+    want = [reference(pair, ids, MAX_NEW, BLOCK).tokens for ids in prompt_ids]
+    before = len(reported_widths(adaptive.log_path.read_text()))
+    with drafter(adaptive, drafter_weights(pair.draft), "always_token_0"):
+        for _ in range(6):
+            with ThreadPoolExecutor(8) as pool:
+                outs = list(pool.map(lambda ids: adaptive.generate(ids, MAX_NEW), prompt_ids))
+            assert [out["output_ids"] for out in outs] == want
+    after = reported_widths(adaptive.log_path.read_text())[before:]
+    assert after, "no width report while the useless drafter ran"
+    last = after[-1]
+    assert last.get(1, 0) >= 0.8 * sum(last.values()), f"widths with a useless drafter: {last}"

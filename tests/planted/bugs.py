@@ -1,0 +1,98 @@
+"""The classic bugs of speculative sampling, each an edit of one file of the package.
+
+A bug is planted into a copy of `dflash_sglang` (plant.py), never into the product: a test or a
+server started with that copy first on PYTHONPATH runs the bug. Each edit names the exact text it
+replaces, and tests/test_planted_bugs.py checks that the text is still there, so the catalogue
+cannot silently stop planting anything as the package changes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class Bug:
+    file: str  # relative to the package's root
+    old: str  # exact text, found once
+    new: str
+    what: str  # the bug in words
+    paths: str  # the decoding paths that run the edited code
+
+
+SAMPLED_VERIFY = "sampling/sampled_verify.py"
+TARGET_LAW = "sampling/target_law.py"
+
+BUGS = {
+    "no_residual": Bug(
+        SAMPLED_VERIFY,
+        'log_p.scatter_(1, d_at, torch.where(drop, float("-inf"), log_p.gather(1, d_at)))',
+        "pass",
+        "the resample keeps the rejected draft (draws from p, not from the residual)",
+        "chain",
+    ),
+    "accept_sqrt_p": Bug(
+        SAMPLED_VERIFY,
+        "accepted_prefix_length(uniform < p_draft)",
+        "accepted_prefix_length(uniform < p_draft.sqrt())",
+        "drafts accepted with probability sqrt(p)",
+        "chain",
+    ),
+    "accept_p_squared": Bug(
+        SAMPLED_VERIFY,
+        "accepted_prefix_length(uniform < p_draft)",
+        "accepted_prefix_length(uniform < p_draft.square())",
+        "drafts accepted with probability p^2",
+        "chain",
+    ),
+    "draft_temperature_off": Bug(
+        SAMPLED_VERIFY,
+        "return law.log_prob(scaled.flatten().unsqueeze(-1), at.flatten()).exp().view(bs, n_draft)",
+        "return law.log_prob(scaled.flatten().unsqueeze(-1), at.flatten()).div(1.1).exp().view(bs, n_draft)",
+        "the drafts judged 10% too hot (p(d) ** (1 / 1.1)); the draw after a rejection right",
+        "chain",
+    ),
+    "bonus_wrong_position": Bug(
+        SAMPLED_VERIFY,
+        "row = torch.arange(bs, device=logits.device) * (n_draft + 1) + accepted",
+        "row = torch.arange(bs, device=logits.device) * (n_draft + 1) + accepted.clamp_max(n_draft - 1)",
+        "after a fully accepted block the bonus token is drawn from the last draft's row",
+        "chain",
+    ),
+    "filter_before_temperature": Bug(
+        TARGET_LAW,
+        "cut[part] = _cut(scaled, top_k[part], top_p[part], min_p[part], plan)",
+        "cut[part] = _cut(logits[part].float(), top_k[part], top_p[part], min_p[part], plan)"
+        " / temperature[part]",
+        "top_p (and min_p) measured on the probabilities before the temperature",
+        "chain, tree",
+    ),
+    "min_p_wrong_maximum": Bug(
+        TARGET_LAW,
+        "floor = ordered[:, 0] + torch.log(min_p)",
+        "floor = ordered[:1, 0] + torch.log(min_p)",
+        "min_p measured against the first row's maximum (another position's or request's)",
+        "chain, tree",
+    ),
+    "stale_frequency_penalty": Bug(
+        "sampling/penalties.py",
+        "j, k = torch.triu_indices(size, size, device=device)",
+        "j, k = torch.triu_indices(size, size, offset=1, device=device)",
+        "a draft's own penalty reaches the positions after it one token late (stale inside a block)",
+        "chain",
+    ),
+    "tree_node_wrong_row": Bug(
+        "tree/verify.py",
+        "return torch.multinomial(probs, 1).view(-1, width)",
+        "return torch.multinomial(probs.roll(1, 0), 1).view(-1, width)",
+        "each tree node's sample drawn from the row before it (another node's law)",
+        "tree",
+    ),
+    "hybrid_wrong_state": Bug(
+        "step/hybrid.py",
+        "last = accepted.to(torch.int64) - 1",
+        "last = (accepted.to(torch.int64) - 2).clamp_min(0)",
+        "a hybrid target commits the recurrent state of the node before the last accepted one",
+        "hybrid",
+    ),
+}

@@ -1,0 +1,63 @@
+"""Plant one bug of bugs.py into a copy of the package and run a command with it first on PYTHONPATH.
+
+    python -m tests.planted.plant no_residual -- python -m pytest \
+        "tests/server/test_worker.py::test_the_sampled_law_with_real_filters"
+
+The copy lives in a temporary folder removed afterwards; SGLang's server processes inherit
+PYTHONPATH, so the plugin they load is the planted one. `--list` names the bugs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import dflash_sglang
+
+from .bugs import BUGS, Bug
+
+PACKAGE = Path(dflash_sglang.__file__).resolve().parent
+
+
+def planted_copy(bug: Bug, root: Path) -> Path:
+    """root/dflash_sglang: the package with `bug` planted; returns root (the PYTHONPATH entry)."""
+    target = root / "dflash_sglang"
+    shutil.copytree(PACKAGE, target, ignore=shutil.ignore_patterns("__pycache__", "assets"))
+    (target / "assets").symlink_to(PACKAGE / "assets")
+    path = target / bug.file
+    text = path.read_text()
+    if text.count(bug.old) != 1:
+        raise ValueError(f"{bug.file}: the text to replace is found {text.count(bug.old)} times, not once")
+    path.write_text(text.replace(bug.old, bug.new))
+    return root
+
+
+def run_planted(name: str, command: list[str], stdout=None) -> int:
+    with tempfile.TemporaryDirectory(prefix=f"planted-{name}-") as folder:
+        root = planted_copy(BUGS[name], Path(folder))
+        path = os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))
+        env = {**os.environ, "PLANTED_BUG": name, "PYTHONPATH": path}
+        return subprocess.call(command, env=env, stdout=stdout, stderr=subprocess.STDOUT if stdout else None)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("bug", nargs="?", choices=sorted(BUGS))
+    parser.add_argument("command", nargs=argparse.REMAINDER)
+    parser.add_argument("--list", action="store_true")
+    args = parser.parse_args(argv)
+    if args.list or not args.bug:
+        for name, bug in BUGS.items():
+            print(f"{name:28s} {bug.paths:14s} {bug.what}")
+        return 0
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    return run_planted(args.bug, command or [sys.executable, "-c", "import dflash_sglang"])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
