@@ -77,7 +77,7 @@ soak:
 PLANTED_ARGS ?=
 RUNS ?= 5
 planted:
-	$(PY) -m tests.planted.matrix --unplanted $(PLANTED_ARGS)
+	$(PY) -m tests.planted.matrix --bugs none,$$($(PY) -m tests.planted.plant --list | cut -d" " -f1 | paste -sd,) $(PLANTED_ARGS)
 
 law-power:
 	$(PY) -m tests.planted.power --runs $(RUNS)

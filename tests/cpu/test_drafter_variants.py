@@ -74,6 +74,22 @@ def test_our_selector_is_sglangs(batch, slots, top_k):
     assert torch.equal(ours.greedy_walk(ids, scores), tokens)
 
 
+@pytest.mark.parametrize("multiplier,softcap", [(1.0, None), (0.5, None), (1.0, 30.0), (2.0, 3.0)])
+def test_our_unary_scores_are_sglangs(multiplier, softcap):
+    """The selector's scores of the top-k logits: SGLang's `_transform_unary_logits` (the output
+    multiplier, then the softcap) on the same values."""
+    from sglang.srt.models.dflash import DFlash2DraftModel
+
+    from dflash_sglang.drafter.selector import unary_scores
+
+    values = torch.randn(3, 7, 4, generator=torch.Generator().manual_seed(1)) * 20
+    config = SimpleNamespace(output_multiplier=multiplier, final_logit_softcapping=softcap)
+    theirs = DFlash2DraftModel._transform_unary_logits(SimpleNamespace(draft_config=config), values.clone())
+    assert torch.equal(unary_scores(values, multiplier, softcap), theirs)
+    if softcap is not None:  # the cap does something on these values
+        assert theirs.abs().max() <= softcap < values.abs().max() * multiplier
+
+
 @pytest.mark.parametrize("pool", [0, 50, 2048], ids=["whole-vocabulary", "pool-50", "pool-default"])
 @pytest.mark.parametrize("shift_label", [True, False])
 def test_our_domino_rollout_is_sglangs(pool, shift_label):

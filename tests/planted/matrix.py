@@ -2,10 +2,11 @@
 
     python -m tests.planted.matrix [--bugs a,b] [--paths chain-overlap,tp2]
 
-For each (bug, path) it runs that path's law test with the bug planted (plant.py) and records
-whether the test failed on the law (caught), failed otherwise (a crash counts as caught, and is
-said), or passed (missed); unplanted, each test must pass. `make planted` runs it all (about two
-minutes a cell on this machine); docs/reliability.md keeps the table.
+For each (bug, path the bug reaches) it runs that path's law test with the bug planted (plant.py)
+and prints whether it failed on the law (with the worst p-values), failed otherwise (a crash or
+another assertion), or passed (the bug was missed); the bug `none` runs the test unplanted, where
+it must pass. Logs go to out/planted/. `make planted` runs it all (two to four minutes a cell on
+this machine); docs/reliability.md keeps the table.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import argparse
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from .bugs import BUGS
 from .plant import run_planted
@@ -24,10 +26,13 @@ LAW_TESTS = {
     "chain-plain": f"{CHAIN}[env1-chain, plain worker]",
     "tp2": "tests/server/test_tp.py::test_the_sampled_law_at_tp2_on_the_trained_pair",
     "tree": "tests/server/test_tree.py::test_the_sampled_law_of_a_tree_on_the_trained_pair",
-    "hybrid": "tests/server/test_hybrid_worker.py::"
-    "test_the_sampled_law_with_real_filters_through_state_commits[overlap-extra_buffer-radix-b8]",
+    "hybrid": "tests/server/test_hybrid_worker.py::test_the_sampled_law_with_power_through_state_commits",
 }
-REACHES = {"chain": ("chain-overlap", "chain-plain", "tp2"), "tree": ("tree",), "hybrid": ("hybrid",)}
+REACHES = {
+    "chain": ("chain-overlap", "chain-plain", "tp2", "hybrid"),
+    "tree": ("tree",),
+    "hybrid": ("hybrid",),
+}
 
 
 def pytest_command(test: str) -> list[str]:
@@ -35,42 +40,41 @@ def pytest_command(test: str) -> list[str]:
 
 
 def outcome(code: int, log: str) -> str:
+    """What the law test did, with the worst setting's words when it failed on the law."""
     if code == 0:
-        return "missed"
-    return "caught" if "must be >" in log or "tokens outside the filter" in log else "caught (crash)"
+        return "passes"
+    for line in log.splitlines():
+        if "must be >" in line:
+            return "fails: " + line.split("AssertionError: ", 1)[-1].strip()[:400]
+    return "fails (no law verdict: a crash or another assertion)"
 
 
-def run_cell(bug: str | None, test: str) -> tuple[str, float]:
-    start = time.monotonic()
+def run_cell(bug: str | None, test: str, log_path: Path) -> str:
     command = pytest_command(test)
-    if bug is None:
-        result = subprocess.run(command, capture_output=True, text=True)
-        code, log = result.returncode, result.stdout + result.stderr
-        return ("passes" if code == 0 else "FAILS unplanted"), time.monotonic() - start
-    with open(f"/tmp/planted-{bug}.log", "w") as log_file:
-        code = run_planted(bug, command, stdout=log_file)
-    with open(f"/tmp/planted-{bug}.log") as log_file:
-        log = log_file.read()
-    return outcome(code, log), time.monotonic() - start
+    with open(log_path, "w") as log:
+        if bug is None:
+            code = subprocess.call(command, stdout=log, stderr=subprocess.STDOUT)
+        else:
+            code = run_planted(bug, command, stdout=log)
+    return outcome(code, log_path.read_text())
 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--bugs", default=",".join(BUGS))
+    parser.add_argument("--bugs", default=",".join(BUGS), help="'none' runs a test unplanted")
     parser.add_argument("--paths", default=",".join(LAW_TESTS))
-    parser.add_argument("--unplanted", action="store_true", help="also run each test unplanted")
+    parser.add_argument("--logs", type=Path, default=Path("out/planted"))
     args = parser.parse_args(argv)
-    paths = args.paths.split(",")
-    print("| bug | " + " | ".join(paths) + " |")
-    print("|---" * (len(paths) + 1) + "|")
-    rows = ([None] if args.unplanted else []) + args.bugs.split(",")
-    for bug in rows:
-        cells = []
-        for path in paths:
-            reached = bug is None or any(path in REACHES[p.strip()] for p in BUGS[bug].paths.split(","))
-            cells.append(run_cell(bug, LAW_TESTS[path]) if reached else ("(not on this path)", 0.0))
-        text = " | ".join(f"{what} ({seconds:.0f} s)" if seconds else what for what, seconds in cells)
-        print(f"| {bug or 'none'} | {text} |", flush=True)
+    args.logs.mkdir(parents=True, exist_ok=True)
+    print("| bug | path | law test | seconds |\n|---|---|---|---|", flush=True)
+    for bug in args.bugs.split(","):
+        for path in args.paths.split(","):
+            planted = None if bug == "none" else bug
+            if planted and not any(path in REACHES[p.strip()] for p in BUGS[planted].paths.split(",")):
+                continue
+            start = time.monotonic()
+            result = run_cell(planted, LAW_TESTS[path], args.logs / f"{bug}-{path}.log")
+            print(f"| {bug} | {path} | {result} | {time.monotonic() - start:.0f} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -28,14 +28,17 @@ def main(argv=None) -> None:
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--n", type=int, default=COMPLETIONS, help="completions a setting")
     parser.add_argument("--max-new", type=int, default=24)
+    parser.add_argument("--settings", default=",".join(SETTINGS), help="law_matrix.SETTINGS names")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     _, target, drafter, prompt = trained_case()
-    caught, by_setting, smallest = 0, dict.fromkeys(SETTINGS, 0), dict.fromkeys(SETTINGS, 1.0)
+    names = args.settings.split(",")
+    caught, by_setting, smallest = 0, dict.fromkeys(names, 0), dict.fromkeys(names, 1.0)
     for run in range(args.runs):
         generator = torch.Generator().manual_seed(run)
         hit = False
-        for name, setting in SETTINGS.items():
+        for name in names:
+            setting = SETTINGS[name]
             params = setting.params
             completions = simulate_chain(target, drafter, prompt, params, args.n, args.max_new, generator)
             p = judge(setting, target, prompt, completions, drafter)[0]

@@ -18,7 +18,6 @@ import torch
 from dflash_sglang.sampling.penalties import PenaltyParams, apply_block_penalties
 from dflash_sglang.sampling.sampled_verify import sampled_accept
 
-from ..server.law_drafts import ChainDrafter, drafts_at
 from ..server.law_matrix import law
 
 NO_TOP_K = 1 << 30  # SGLang's TOP_K_ALL
@@ -48,14 +47,20 @@ def padded(rows: list[list[int]]) -> torch.Tensor:
 
 @torch.no_grad()
 def simulate_chain(
-    target, drafter: ChainDrafter, prompt: list[int], params: dict, n: int, max_new: int, generator
+    target,
+    drafter,
+    prompt: list[int],
+    params: dict,
+    n: int,
+    max_new: int,
+    generator,
 ) -> list[list[int]]:
-    """n completions of `max_new` tokens of one prompt under `params` (ignore_eos)."""
+    """n completions of `max_new` tokens of one prompt under `params` (ignore_eos); `drafter`: a
+    law_drafts.ChainDrafter or ConstantDrafter."""
     block = drafter.block_size
     first_logits = target(torch.tensor([prompt])).logits[:, -1:].double().expand(n, 1, -1)
     first_law = law(first_logits, torch.zeros(n, 1, dtype=torch.long), params)[:, 0]
     done = [[int(t)] for t in torch.multinomial(first_law, 1, generator=generator)[:, 0]]
-    layers = drafter.model.config.target_layer_ids
     while True:
         active = [i for i in range(n) if len(done[i]) < max_new]
         if not active:
@@ -63,9 +68,8 @@ def simulate_chain(
         seqs = [prompt + done[i] for i in active]
         ids = padded(seqs)
         hidden = target(ids, output_hidden_states=True).hidden_states
-        features = torch.cat([hidden[layer + 1] for layer in layers], dim=-1)
         drafts = torch.stack([
-            drafts_at(target, drafter, ids[r : r + 1], features[r : r + 1], len(seq) - 1)
+            drafter.drafts(target, ids[r : r + 1], tuple(h[r : r + 1] for h in hidden), len(seq) - 1)
             for r, seq in enumerate(seqs)
         ])  # fmt: skip
         full = [seq + drafts[r].tolist() for r, seq in enumerate(seqs)]

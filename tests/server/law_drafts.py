@@ -40,24 +40,41 @@ class ChainDrafter:
     model: torch.nn.Module
     block_size: int
 
+    def drafts(self, target, ids, hidden, at: int) -> torch.Tensor:
+        features = target_features(hidden, self.model.config.target_layer_ids)
+        return drafts_at(target, self, ids, features, at)
+
+
+@dataclasses.dataclass(frozen=True)
+class ConstantDrafter:
+    """A drafter whose every draft is one token (law_case.constant_draft_pair's: its final norm is
+    zero, so its logits are all zero and the argmax is token 0)."""
+
+    token: int
+    block_size: int
+
+    def drafts(self, target, ids, hidden, at: int) -> torch.Tensor:
+        return torch.full((self.block_size - 1,), self.token)
+
 
 @torch.no_grad()
-def read_blocks(target, drafter: ChainDrafter, prompt: list[int], completions: list[list[int]]) -> BlockState:
+def read_blocks(
+    target, drafter: ChainDrafter | ConstantDrafter, prompt: list[int], completions: list[list[int]]
+) -> BlockState:
     rows = [read_one(target, drafter, prompt, c) for c in completions]
     return BlockState(*(torch.stack(column) for column in zip(*rows, strict=True)))
 
 
-def read_one(target, drafter: ChainDrafter, prompt: list[int], completion: list[int]):
+def read_one(target, drafter, prompt: list[int], completion: list[int]):
     length, block = len(completion), drafter.block_size
     draft = torch.full((length,), -1, dtype=torch.long)
     bonus = torch.zeros(length, dtype=torch.bool)
     in_block = torch.zeros(length, dtype=torch.bool)
     ids = torch.tensor([prompt + completion])
     hidden = target(ids, output_hidden_states=True).hidden_states
-    features = target_features(hidden, drafter.model.config.target_layer_ids)
     start = 0  # completion index of the block's verified token
     while start + 1 < length:
-        drafts = drafts_at(target, drafter, ids, features, len(prompt) + start)
+        drafts = drafter.drafts(target, ids, hidden, len(prompt) + start)
         t = start + 1
         for i in range(block - 1):
             if t >= length:

@@ -49,6 +49,7 @@ PATHS = {
     "chain, forced width cycle": "test_verify_width.py",
     "chain, adaptive width": "test_verify_width.py",
     "hybrid extra_buffer, overlap worker": "test_hybrid_worker.py",
+    "hybrid extra_buffer, overlap worker, constant drafts": "test_hybrid_worker.py",
     "hybrid tree 16 nodes, extra_buffer, overlap worker": "test_hybrid_tree.py",
     "hybrid tree 32 nodes, no_buffer, plain worker": "test_hybrid_tree.py",
     "hybrid extra_buffer, no radix cache, block 16, overlap worker": "test_hybrid_worker.py",
@@ -83,7 +84,8 @@ SETTINGS = {
     "T0.6 top_p0.9": Setting({"temperature": 0.6, "top_p": 0.9}, {"temperature": 1.2}),
     "T1.3 top_k20": Setting({"temperature": 1.3, "top_k": 20}, {"temperature": 1.3}),
     "T1.0 min_p0.1": Setting({"temperature": 1.0, "min_p": 0.1}, {"temperature": 1.0}),
-    "T0.8 freq1.0": Setting({"temperature": 0.8, "frequency_penalty": 1.0}, {"temperature": 0.8}),
+    # 2.0, the API's largest: a penalty one token stale moves the law where a token repeats.
+    "T0.8 freq2.0": Setting({"temperature": 0.8, "frequency_penalty": 2.0}, {"temperature": 0.8}),
 }
 # Each setting's law p-value must be above this: a path's check (every setting) raises a false
 # alarm at most once in 10,000 runs.
@@ -167,7 +169,11 @@ def pit_pvalue(probs: torch.Tensor, completions: torch.Tensor, seed: int = 0) ->
     u = P(more likely than x) + v * P(x), v ~ U(0, 1), exactly i.i.d. uniform when every token
     follows its law given its prefix (the Rosenblatt transform)."""
     chosen = probs.gather(-1, completions.unsqueeze(-1))
-    below = (probs * (probs > chosen)).sum(-1, keepdim=True)
+    # Ties ordered by token id: u must cover [0, 1] once, or two tokens of equal probability
+    # (a copied head row) would share one interval.
+    ids = torch.arange(probs.shape[-1])
+    before = (probs > chosen) | ((probs == chosen) & (ids < completions.unsqueeze(-1)))
+    below = (probs * before).sum(-1, keepdim=True)
     jitter = torch.rand(chosen.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
     u = (below + jitter * chosen).clamp(0, 1)
     return float(stats.kstest(u.flatten().numpy(), "uniform").pvalue)

@@ -49,6 +49,8 @@ from .hybrid import (
     load_target,
     prompts,
 )
+from .law_case import constant_draft_pair
+from .law_drafts import ConstantDrafter
 from .law_matrix import Setting, assert_every_setting_follows_the_law, assert_follows_the_law, most_uncertain
 
 OVERLAP = {"SGLANG_ENABLE_SPEC_V2": "1", "DFLASH_SGLANG_CHECK_HOST_SYNC": "1"}
@@ -63,6 +65,7 @@ EXTRA_BUFFER_LAZY = [
 ]
 AT_1_NOT_07 = Setting({"temperature": 1.0}, {"temperature": 0.7})
 WINDOW_12 = ["--speculative-dflash-draft-window-size", 12]
+HYBRID_INTERVAL = HybridShape().full_attention_interval
 
 # Two cases switch the verify width every step (width/verify_width.py): the state is committed at
 # every width, plain decoding (width 1) included.
@@ -138,6 +141,22 @@ def test_the_sampled_law_with_real_filters_through_state_commits(case):
     name, pair, server, _ = case
     model, options = load_target(pair.target), LAW_OPTIONS.get(name, {})
     assert_every_setting_follows_the_law(LAW_PATHS[name], server, model, prompts(), **options)
+
+
+def test_the_sampled_law_with_power_through_state_commits(tmp_path_factory):
+    """law_case.constant_draft_pair on the hybrid target (overlap worker, extra_buffer, block 4):
+    every draft is token 0, likely yet uncertain and accepted about half the time, so a wrong
+    acceptance, residual or committed state shows (docs/reliability.md); the drafts are known,
+    so the likelihood ratios see each draft's mass."""
+    pair = write_tiny_hybrid_pair(tmp_path_factory.mktemp("hybrid-power"), 0, 4, HybridShape(hot_tokens=3))
+    constant_draft_pair(pair, lambda target: keep_full_attention_interval(target, HYBRID_INTERVAL))
+    dflash = ["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", pair.draft,
+              "--speculative-num-draft-tokens", 4]  # fmt: skip
+    with SGLangServer(
+        pair.target, [*HYBRID_ARGS, *EXTRA_BUFFER, *dflash], env={**HYBRID_ENV, **OVERLAP}
+    ) as server:
+        path, model = "hybrid extra_buffer, overlap worker, constant drafts", load_target(pair.target)
+        assert_every_setting_follows_the_law(path, server, model, prompts(), drafter=ConstantDrafter(0, 4))
 
 
 def silence_head(target_dir) -> None:
