@@ -215,9 +215,10 @@ def most_powerful(model, prompts: list[list[int]], steps: int = 8) -> list[int]:
     def score(prompt: list[int]) -> float:
         seq, total = list(prompt), 0.0
         for _ in range(steps):
-            top = float(torch.softmax(model(torch.tensor([seq])).logits[0, -1].double(), -1).max())
+            probs = torch.softmax(model(torch.tensor([seq])).logits[0, -1].double(), -1)
+            top = float(probs.max())
             total += top * (1 - top)
-            seq.append(int(model(torch.tensor([seq])).logits[0, -1].argmax()))
+            seq.append(int(probs.argmax()))
         return total
 
     return max(prompts, key=score)
