@@ -1,7 +1,7 @@
 """The chain server's sampled decoding, engine-free, on the package's own verify code.
 
 Each step does what the worker does for a batch of requests at temperature > 0: the drafter's
-argmax drafts after the last token (law_drafts.drafts_at, the same reading the judge makes), the
+drafts after the last token (the law_drafts drafter's `drafts`, the same reading the judge makes), the
 target over [prefix, verified token, drafts], the frequency penalty at every block position
 (sampling/penalties.py), then `sampled_accept` (sampling/sampled_verify.py) against the request's
 filters. Only the engine is missing: no KV cache (the target reads the whole prefix each step) and

@@ -31,7 +31,6 @@ from .law_drafts import BlockState
 TILTS = (-1.0, -0.5, -0.25, -0.1, 0.1, 0.25, 0.5, 1.0)
 TEMPERATURE_FACTORS = (0.9, 1.1)
 MIXTURES = (0.5, 1.0)
-LAST_LOG_RATIOS: list[torch.Tensor] = []  # the last call's log product per alternative (diagnostics)
 
 
 def likelihood_ratio_pvalue(
@@ -43,8 +42,7 @@ def likelihood_ratio_pvalue(
     the positions counted (where float32 and float64 filters agree on the support)."""
     chosen = tokens.unsqueeze(-1)
     p_y = target.gather(-1, chosen).squeeze(-1)
-    log_ratios = LAST_LOG_RATIOS
-    log_ratios.clear()
+    log_ratios = []  # one log product per alternative
 
     def add(q_y: torch.Tensor) -> None:  # q_t(y_t), [n, L]
         ratio = torch.where(usable & (p_y > 0), q_y / p_y.clamp_min(1e-300), torch.ones_like(p_y))
