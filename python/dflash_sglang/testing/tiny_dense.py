@@ -74,9 +74,6 @@ class TinyShape:
     # (which shares that head) often agrees with it: partial acceptance with 2-4, nearly full
     # acceptance with 1. Tests use it to exercise the accept paths without a trained drafter.
     hot_tokens: int = 0
-    # How strongly: 20 makes most positions nearly deterministic; a few (the law tests' pair) leaves
-    # the hot tokens likely yet uncertain, where the bugs of speculative sampling show most.
-    hot_scale: float = 20.0
 
     def hot_token_ids(self) -> list[int]:
         return list(range(HOT_TOKEN_START, HOT_TOKEN_START + self.hot_tokens))
@@ -139,7 +136,7 @@ def tiny_target(
     model = Qwen3ForCausalLM(config)
     _init_(model, shape.init_std, torch.Generator().manual_seed(seed))
     with torch.no_grad():
-        model.lm_head.weight[shape.hot_token_ids()] *= shape.hot_scale
+        model.lm_head.weight[shape.hot_token_ids()] *= 20
     return model.eval()
 
 
