@@ -127,14 +127,40 @@ def test_adaptive_explores_the_best_rated_wider_width(monkeypatch):
 
 def test_adaptive_explores_the_widest_often_until_it_has_run_a_few_times(monkeypatch):
     """One widest step shows what every narrower width would have accepted: the first steps
-    explore it every EXPLORE_FIRST_EVERY-th step until it has run WIDEST_FIRST times."""
-    widths = drafts_that_never_fit(monkeypatch)
+    explore it every EXPLORE_FIRST_EVERY-th step until it has run WIDEST_FIRST times, where its
+    estimated rate is near the best's (drafts accepted half the time, a narrower width rated best)."""
+    widths = timed_at_batch_1(monkeypatch, four=0.011, eight=0.014, accepted=500)
     batch = fake_batch(1)
     first, every = verify_width.WIDEST_FIRST, verify_width.EXPLORE_FIRST_EVERY
     chosen = [widths.choose(batch) for _ in range(first * every + verify_width.EXPLORE_EVERY)]
     widest = [i for i, width in enumerate(chosen) if width == 8]
-    assert widest == [every * (k + 1) - 1 for k in range(first)]
-    assert set(chosen) == {1, 2, 8}  # then the usual exploration, of width 2
+    assert widest[:first] == [every * (k + 1) - 1 for k in range(first)]
+
+
+def test_drafts_that_never_fit_do_not_explore_the_widest(monkeypatch):
+    """The first burst: with drafts that never fit, a widest step costs three plain ones and
+    shows nothing new, so the early widest steps are skipped; only width 2 is explored."""
+    widths = drafts_that_never_fit(monkeypatch)
+    batch = fake_batch(1)
+    first, every = verify_width.WIDEST_FIRST, verify_width.EXPLORE_FIRST_EVERY
+    chosen = [widths.choose(batch) for _ in range(first * every + verify_width.EXPLORE_EVERY)]
+    assert set(chosen) == {1, 2} and chosen.count(2) <= len(chosen) // verify_width.EXPLORE_EVERY
+
+
+def test_the_pooled_acceptance_forgets_a_drafter_that_stopped_fitting(monkeypatch):
+    """A drafter accepted at every position for a long while, then never: within a few pool
+    half-lives of steps the pooled estimate (a new request's prior) is near nothing."""
+    from dflash_sglang.width.policy import POOL_HALF_LIFE
+
+    monkeypatch.delenv(WIDTHS_ENV, raising=False)
+    monkeypatch.setenv(verify_width.ADAPTIVE_ENV, "1")
+    pooled = VerifyWidth(8).acceptance.pooled
+    for _ in range(20 * POOL_HALF_LIFE):
+        pooled.record(8, 7)
+    assert pooled.acceptance()[0] > 0.99
+    for _ in range(4 * POOL_HALF_LIFE):
+        pooled.record(8, 0)
+    assert pooled.acceptance()[0] < 0.1
 
 
 @pytest.mark.parametrize(

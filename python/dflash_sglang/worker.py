@@ -116,7 +116,10 @@ class DFlashWorker(Drafting, BaseSpecWorker):
         tree_nodes = self.tree.width if self.tree else None
         off_because = adaptive_default_off_because(self.model_runner)
         tp_group = get_parallel().tp_group
-        self.widths = VerifyWidth(self.block_size, self.device, tp_group, tree_nodes, off_because)
+        self.widths = VerifyWidth(
+            self.block_size, self.device, tp_group, tree_nodes, off_because,
+            metrics=bool(server_args.enable_metrics), tp_rank=getattr(tp_group, "rank_in_group", 0),
+        )  # fmt: skip
         if self.tree is not None:  # refuses what trees do not serve yet; the drafter's log q
             one_path = (
                 self.draft_model.candidate_selector is not None or self.draft_model.prefix_gru is not None

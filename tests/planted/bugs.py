@@ -46,10 +46,18 @@ BUGS = {
         "chain",
     ),
     "draft_temperature_off": Bug(
+        TARGET_LAW,
+        "temperature = per_row(sampling_info.temperatures.float())",
+        "temperature = per_row(sampling_info.temperatures.float()) * torch.where("
+        "torch.arange(rows, device=logits.device) % block_size < block_size - 1, 1.1, 1.0)",
+        "the temperature 10% too high at every row that verifies a draft (the bonus row right)",
+        "chain, tree",
+    ),
+    "accept_p_power_0_91": Bug(
         SAMPLED_VERIFY,
         "return law.log_prob(scaled.flatten().unsqueeze(-1), at.flatten()).exp().view(bs, n_draft)",
         "return law.log_prob(scaled.flatten().unsqueeze(-1), at.flatten()).div(1.1).exp().view(bs, n_draft)",
-        "the drafts judged 10% too hot (p(d) ** (1 / 1.1)); the draw after a rejection right",
+        "drafts accepted with p(d) ** (1 / 1.1) (the draw after a rejection right): a mild tilt",
         "chain",
     ),
     "bonus_wrong_position": Bug(

@@ -11,8 +11,11 @@ all:
 
 - the draft's mass tilted, q(d) = p(d) + eps p(d)(1 - p(d)), the rest rescaled: a resample that
   keeps the rejected draft is eps = 1 exactly, acceptance with p^2 is eps = -1, sqrt(p) between;
-- the draft's mass taken from the law at another temperature (a temperature wrong at the draft
-  positions only), or from the law with the frequency penalty one token stale;
+- the draft accepted with probability p(d)^g (p^2, sqrt(p), and near 1: the drafts judged at a
+  temperature a little off);
+- the draft's mass taken from the law at another temperature, or from the law with the frequency
+  penalty one token stale; and the whole law at another temperature at the positions that verify
+  a draft (every position but the bonus: a temperature wrong at the draft positions only);
 - the whole law at another temperature, with a stale penalty, or filtered before the temperature
   (top_p or min_p measured on the untempered probabilities);
 - a mixture with the previous position's law (a token drawn at the wrong position), everywhere
@@ -29,6 +32,7 @@ import torch
 from .law_drafts import BlockState
 
 TILTS = (-1.0, -0.5, -0.25, -0.1, 0.1, 0.25, 0.5, 1.0)
+ACCEPT_POWERS = (0.5, 0.8, 0.9, 1.1, 1.25, 2.0)
 TEMPERATURE_FACTORS = (0.9, 1.1)
 MIXTURES = (0.5, 1.0)
 
@@ -84,9 +88,13 @@ def likelihood_ratio_pvalue(
         p_d = target.gather(-1, draft.unsqueeze(-1)).squeeze(-1)
         for eps in TILTS:
             add_draft_mass(p_d + eps * p_d * (1 - p_d), has_draft)
+        for power in ACCEPT_POWERS:
+            add_draft_mass(p_d**power, has_draft)
         for name, q in laws.items():
             where = has_draft & (stale_rows if name == "stale penalty" else True)
             add_draft_mass(q.gather(-1, draft.unsqueeze(-1)).squeeze(-1), where)
+            if name.startswith("T x"):
+                add(torch.where(has_draft, q.gather(-1, chosen).squeeze(-1), p_y))
 
     logs = torch.stack(log_ratios)
     log_mean = float(torch.logsumexp(logs, 0)) - math.log(len(log_ratios))

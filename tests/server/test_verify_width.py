@@ -78,7 +78,8 @@ def test_greedy_equals_the_reference_alone_concurrently_and_on_a_radix_hit(pair,
 @pytest.fixture(scope="module")
 def adaptive(pair):
     env = {**OVERLAP_CHECKED, ADAPTIVE_ENV: ""}  # unset: the default
-    with SGLangServer(pair.target, dflash_args(pair, BLOCK), env=env) as server:
+    args = [*dflash_args(pair, BLOCK), "--enable-metrics"]  # the operator's gauges (below)
+    with SGLangServer(pair.target, args, env=env) as server:
         yield server
 
 
@@ -126,7 +127,13 @@ def test_a_drafter_that_never_fits_drives_the_adaptive_width_to_plain_decoding(p
             with ThreadPoolExecutor(8) as pool:
                 outs = list(pool.map(lambda ids: adaptive.generate(ids, MAX_NEW), prompt_ids))
             assert [out["output_ids"] for out in outs] == want
-    after = reported_widths(adaptive.log_path.read_text())[before:]
+    log = adaptive.log_path.read_text()
+    after = reported_widths(log)[before:]
     assert after, "no width report while the useless drafter ran"
     last = after[-1]
     assert last.get(1, 0) >= 0.8 * sum(last.values()), f"widths with a useless drafter: {last}"
+    # The operator is told: a warning in the log, and the gauges on /metrics.
+    assert "dflash_sglang: plain decoding on " in log
+    metrics = adaptive.get_text("/metrics")
+    share = [line for line in metrics.splitlines() if line.startswith("dflash_sglang:plain_step_share{")]
+    assert share and float(share[0].split()[-1]) >= 0.8, share

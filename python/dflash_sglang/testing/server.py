@@ -234,6 +234,10 @@ class SGLangServer:
         with _DIRECT.open(request, timeout=timeout) as response:
             return json.loads(response.read())
 
+    def get_text(self, path: str, timeout: float = 60.0) -> str:
+        with _DIRECT.open(f"{self.base_url}{path}", timeout=timeout) as response:
+            return response.read().decode()
+
     def generate(self, input_ids, max_new_tokens: int = 32, **sampling) -> dict | list[dict]:
         """Greedy by default; one prompt (list of ids) or a batch (list of lists)."""
         params = {"temperature": 0.0, "max_new_tokens": max_new_tokens, **sampling}

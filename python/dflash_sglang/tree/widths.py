@@ -54,7 +54,8 @@ class TreeAcceptanceProfile:
     prior_means: Sequence[float]
     prior_weight: float = 4.0
     sums: list[float] = field(default_factory=list)
-    steps: list[int] = field(default_factory=list)
+    steps: list[float] = field(default_factory=list)
+    forget: float = 1.0  # sums and steps x this at each step that tests drafts (1: keep all)
 
     def __post_init__(self):
         self.sums = self.sums or [0.0] * len(self.budgets)
@@ -63,6 +64,9 @@ class TreeAcceptanceProfile:
     def record(self, budget_ran: int, accepted: Sequence[int]) -> None:
         """A step at `budget_ran`; accepted[k] is what budgets[k] would have accepted (censored:
         larger budgets than the one that ran learn nothing)."""
+        if self.forget < 1.0 and budget_ran > 0:
+            self.sums = [total * self.forget for total in self.sums]
+            self.steps = [steps * self.forget for steps in self.steps]
         for k, budget in enumerate(self.budgets):
             if budget <= budget_ran:
                 self.sums[k] += accepted[k]
@@ -88,7 +92,9 @@ class TreeAcceptanceProfile:
 class TreeAcceptance:
     """Every request's TreeAcceptanceProfile, fed by the walks of tree steps (`walked`)."""
 
-    def __init__(self, widths: Sequence[int], depth_cap: int, device, keep: int = 4096):
+    def __init__(
+        self, widths: Sequence[int], depth_cap: int, device, keep: int = 4096, pool_forget: float = 1.0
+    ):
         self.budgets = [width - 1 for width in widths]
         self.budgets_on_device = torch.tensor(self.budgets, device=device)
         self.copies = LaggedHostCopies(device)
@@ -96,12 +102,16 @@ class TreeAcceptance:
         self.entries: dict[str, TreeAcceptanceProfile] = {}
         # Before any step: a chain's flat prior (each draft accepted with probability 1/2).
         flat = [1 - 0.5 ** min(budget, depth_cap) for budget in self.budgets]
-        self.pooled = TreeAcceptanceProfile(self.budgets, flat, prior_weight=1.0)
+        self.pooled = TreeAcceptanceProfile(self.budgets, flat, prior_weight=1.0, forget=pool_forget)
 
     def walked(self, reqs, front: torch.Tensor, lengths: torch.Tensor) -> None:
         """A tree step of width front.shape[1] was walked: start copying what each budget accepted."""
         counts = accepted_within(front, lengths, self.budgets_on_device)
         self.copies.put(counts, ([req.rid for req in reqs], front.shape[1] - 1))
+
+    def recent_accepted_drafts(self) -> float:
+        """The drafts the server's recent steps accept a step at the whole tree (pooled)."""
+        return self.pooled.means()[-1]
 
     def verified(self, reqs, width: int) -> None:
         """Nothing: the walk reports (`walked`); plain steps accept no drafts at any budget."""

@@ -87,18 +87,30 @@ def interpolate(points: Sequence[tuple[int, float]], x: int) -> float:
     return max(y0 + (y1 - y0) * (x - x0) / (x1 - x0), 1e-9)  # extrapolation stays positive
 
 
+# The server's pooled statistics (a new request's prior) weigh a request-step that tested drafts
+# half as much after this many more: a drafter whose acceptance collapses (a swapped or quantized
+# drafter, a new kind of load) is seen within a few batches, not after everything it ever accepted.
+POOL_HALF_LIFE = 256
+
+
+def pool_forget() -> float:
+    """The factor the pooled counts are multiplied by at each request-step that tests drafts."""
+    return 0.5 ** (1 / POOL_HALF_LIFE)
+
+
 @dataclass
 class AcceptanceProfile:
     """One request's online acceptance statistics by draft position (1-based)."""
 
     positions: int  # B - 1 draft positions
     prior: tuple[float, float] = (1.0, 1.0)  # Beta(a, b) pseudo-counts: accepted, rejected
-    reached: list[int] = field(default_factory=list)
-    accepted: list[int] = field(default_factory=list)
+    reached: list[float] = field(default_factory=list)
+    accepted: list[float] = field(default_factory=list)
     # Per-position prior acceptance rates (e.g. the server's pooled ones), worth `prior_weight`
     # observations each; when given, they replace `prior`.
     prior_rates: Sequence[float] | None = None
     prior_weight: float = 4.0
+    forget: float = 1.0  # counts x this at each step that tests drafts (1: remember everything)
 
     def __post_init__(self):
         self.reached = self.reached or [0] * self.positions
@@ -106,6 +118,9 @@ class AcceptanceProfile:
 
     def record(self, width: int, accepted_drafts: int) -> None:
         """A step that verified `width - 1` drafts and accepted the first `accepted_drafts`."""
+        if self.forget < 1.0 and width > 1:
+            self.reached = [n * self.forget for n in self.reached]
+            self.accepted = [n * self.forget for n in self.accepted]
         for j in range(min(accepted_drafts + 1, width - 1)):  # drafts 1 .. accepted + 1 were tested
             self.reached[j] += 1
             self.accepted[j] += j < accepted_drafts
@@ -146,6 +161,14 @@ class Estimate:
 
     def __str__(self) -> str:
         return f"{self.width}: {self.tokens:.1f} tok / {1000 * self.seconds:.1f} ms"
+
+
+def worth_a_look(ranked: Sequence[Estimate], width: int, share: float) -> bool:
+    """Whether `width`'s estimated tokens per second are at least `share` of the best's: an
+    exploring step there costs at most 1 - share of a step's worth."""
+    best = ranked[0]
+    estimate = next(e for e in ranked if e.width == width)
+    return estimate.tokens / estimate.seconds >= share * best.tokens / best.seconds
 
 
 def plain_could_win(ranked: Sequence[Estimate], cost: StepCost, batch_size: int) -> bool:

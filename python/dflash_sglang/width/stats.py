@@ -6,7 +6,8 @@
   request's steps at, and fed to the request's `AcceptanceProfile`. Under the overlap loop the
   histogram lags one step: the pairing is by order, so the lag costs nothing but freshness.
   Every step also feeds a pooled profile of all requests, and a new request starts from it (a
-  request's first steps are sized by what drafts achieve on this server, not by a flat prior).
+  request's first steps are sized by what drafts achieve on this server, not by a flat prior);
+  the pool forgets (policy.POOL_HALF_LIFE), so it tells what drafts achieve now.
 - Step cost: the seconds of each decode step by its batch size and width, and by its verify tokens
   (batch size x width) for batch sizes without points of their own; the median of the last few
   steps per key (one slow step, a CPU's scheduling hiccup, must not price a width out until it
@@ -30,10 +31,10 @@ from .policy import AcceptanceProfile, StepCost, interpolate
 
 
 class RequestAcceptance:
-    def __init__(self, positions: int, keep: int = 4096):
+    def __init__(self, positions: int, keep: int = 4096, pool_forget: float = 1.0):
         self.positions, self.keep = positions, keep
         self.entries: dict[str, tuple[AcceptanceProfile, list[int], deque]] = {}
-        self.pooled = AcceptanceProfile(positions)
+        self.pooled = AcceptanceProfile(positions, forget=pool_forget)  # recent steps weigh most
 
     def _entry(self, req):
         entry = self.entries.get(req.rid)
@@ -60,6 +61,10 @@ class RequestAcceptance:
                 seen[accepted] = count
             out.append(profile)
         return out
+
+    def recent_accepted_drafts(self) -> float:
+        """The drafts the server's recent steps accept a step at the whole block (pooled)."""
+        return self.pooled.expected_tokens(self.positions + 1) - 1
 
     def verified(self, reqs, width: int) -> None:
         for req in reqs:

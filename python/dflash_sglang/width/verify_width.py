@@ -36,7 +36,8 @@ from ..errors import DFlashConfigError
 from ..runtime import dp_attention
 from ..runtime.block import block_kv_plan
 from ..tree.widths import TreeAcceptance, tree_widths
-from .policy import plain_could_win, ranked_widths
+from .policy import plain_could_win, pool_forget, ranked_widths, worth_a_look
+from .signal import WidthSignal
 from .stats import RequestAcceptance, StepTimes
 
 logger = logging.getLogger(__name__)
@@ -55,6 +56,11 @@ EXPLORE_EVERY = 16
 # tree's smaller budgets), so the estimates stop leaning on the prior early. Without it a tree
 # server climbed from 5 nodes to its best 16 only after about 400 steps.
 WIDEST_FIRST, EXPLORE_FIRST_EVERY = 8, 4
+# ... where the widest's estimated rate is at least this share of the best's. A new server pays for
+# every exploring step while its users wait: drafts that never fit made the first burst of 16
+# concurrent requests at block 16 run at 0.68x no-spec, a quarter of its first steps verifying
+# 256 tokens to learn what one step had shown.
+WIDEST_WORTH = 0.75
 
 
 def adaptive_requested(by_default: bool = False) -> bool:
@@ -104,10 +110,10 @@ class VerifyWidth:
 
     def __init__(
         self, block_size: int, device="cpu", tp_group=None, tree_nodes: int | None = None,
-        default_off_because: str | None = "",
+        default_off_because: str | None = "", metrics: bool = False, tp_rank: int = 0,
     ):  # fmt: skip
         """default_off_because: why the adaptive width is off unless asked for (None: on unless
-        asked off; adaptive_default_off_because)."""
+        asked off; adaptive_default_off_because); metrics: SGLang's --enable-metrics."""
         self.widest, self.tp_group = tree_nodes or block_size, tp_group
         self.pattern = forced_widths(self.widest)
         self.adaptive = not self.pattern and adaptive_requested(by_default=default_off_because is None)
@@ -116,11 +122,12 @@ class VerifyWidth:
         self.acceptance = None
         if self.adaptive:
             self.acceptance = (
-                TreeAcceptance(self.candidates, block_size - 1, device)
+                TreeAcceptance(self.candidates, block_size - 1, device, pool_forget=pool_forget())
                 if tree_nodes
-                else RequestAcceptance(block_size - 1)
+                else RequestAcceptance(block_size - 1, pool_forget=pool_forget())
             )
         self.times = StepTimes(device) if self.adaptive else None
+        self.signal = WidthSignal(metrics, tp_rank) if self.adaptive else None
         self.steps, self.ran, self.step_started, self.ran_widest = 0, Counter(), None, 0
         self.last_view = None  # (batch size, the ranked estimates) of the latest adaptive choice
 
@@ -147,6 +154,8 @@ class VerifyWidth:
         self.ran[width] += 1
         if self.steps % REPORT_EVERY == 0:  # what ran, when the width varies
             logger.info("dflash_sglang: verify widths of the last %d steps: %s", REPORT_EVERY, dict(self.ran))
+            if self.signal is not None:  # plain decoding for most of the load, in the log and metrics
+                self.signal.report(self.ran, self.acceptance.recent_accepted_drafts(), self.widest)
             if self.last_view is not None:  # why: the latest choice's estimates, best first
                 bs, ranked = self.last_view
                 logger.info(
@@ -166,9 +175,10 @@ class VerifyWidth:
             self.last_view = (batch_size, ranked)
             width = ranked[0].width
             widest_turn = self.steps % EXPLORE_FIRST_EVERY == EXPLORE_FIRST_EVERY - 1
+            early_widest = self.ran_widest < WIDEST_FIRST and widest_turn
             if self.times.unmeasured_plain(batch_size) and plain_could_win(ranked, curve, batch_size):
                 width = 1  # one cheap step a new batch size, where plain decoding could win
-            elif self.ran_widest < WIDEST_FIRST and widest_turn:
+            elif early_widest and worth_a_look(ranked, self.widest, WIDEST_WORTH):
                 width = self.widest
             elif self.steps % EXPLORE_EVERY == EXPLORE_EVERY - 1:
                 width = next((e.width for e in ranked if e.width > width), width)
