@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: install system-libs test test-fast lint serve demo bench bench-adaptive tiny-pair gpu-check soak planted law-power
+.PHONY: install system-libs test test-fast lint serve demo bench bench-adaptive bench-first-burst tiny-pair gpu-check soak planted law-power
 
 install: system-libs
 	python3 -m venv $(VENV)
@@ -51,6 +51,12 @@ SIMULATED_ACCEPTANCE ?= 0.9,0.85,0.8
 bench-adaptive:
 	$(PY) -m dflash_sglang.bench.adaptive --simulate-acceptance $(SIMULATED_ACCEPTANCE) --max-tokens 128
 	$(PY) -m dflash_sglang.bench.adaptive
+
+# A new server's first bursts against its steady state and no-spec, fresh servers interleaved,
+# REPEATS times (docs/adaptive.md, "The first burst").
+REPEATS ?= 3
+bench-first-burst:
+	$(PY) -m dflash_sglang.bench.first_burst --repeats $(REPEATS)
 
 # Retrains the embedded tiny pair (target, drafter, held-out prompts, measured acceptance) from
 # the standard library's source: deterministic on one machine (one thread), about half an hour on

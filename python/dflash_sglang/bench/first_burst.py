@@ -1,0 +1,112 @@
+"""What a new server's first users pay while the adaptive width learns (docs/adaptive.md):
+
+    python -m dflash_sglang.bench.first_burst [--repeats 3]
+
+Every repeat starts fresh servers (a first burst is a new server's), one at a time and
+interleaved (no-spec, DFlash, no-spec, DFlash, ...; all under `--sleep-on-idle`), and sends each
+BURSTS bursts of the same requests (radix cache flushed between them), `--concurrency` in
+flight. Two pairs:
+- a drafter that never fits: a random pair at block 16 (`.tiny`, the suite's random pair);
+- a good drafter: the embedded trained pair at its block (8).
+Reports tokens/s per burst (median and range over the repeats), DFlash over no-spec per repeat
+(paired: the same repeat's servers), and for DFlash its first burst over its last (the steady
+state). The bars (issue 40): a drafter that never fits at or above 0.9x no-spec from the first
+burst; a good drafter's first burst within 5% of its steady state.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+from pathlib import Path
+
+from ..testing.server import CPU_ARGS, SGLangServer
+from ..testing.tiny_dense import TinyShape, write_tiny_pair
+from .client import Sampling, run_level
+from .prompts import load_prompts, take
+from .server_info import describe, flush_cache
+from .tiny_prompts import EMBEDDED_PAIR
+
+BURSTS = 3
+RANDOM_PAIR = Path(".tiny")
+
+
+def pairs() -> dict[str, tuple[Path, int]]:
+    if not (RANDOM_PAIR / "draft" / "config.json").is_file():
+        write_tiny_pair(RANDOM_PAIR, seed=0, block_size=16, shape=TinyShape(hot_tokens=3))
+    return {
+        "never fits (random pair, block 16)": (RANDOM_PAIR, 16),
+        "good (trained pair, block 8)": (EMBEDDED_PAIR, 8),
+    }
+
+
+def bursts(pair: Path, block: int | None, prompts, sampling: Sampling, concurrency: int) -> list[float]:
+    """A fresh server's tokens/s over BURSTS bursts of the prompts (block None: no-spec)."""
+    draft = str((pair / "draft").resolve())
+    args = [] if block is None else [
+        "--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", draft,
+        "--speculative-num-draft-tokens", str(block),
+    ]  # fmt: skip
+    env = {"SGLANG_ENABLE_SPEC_V2": "1", "DFLASH_SGLANG_ADAPTIVE_WIDTH": ""}  # the default, as launched
+    out = []
+    with SGLangServer((pair / "target").resolve(), args, env=env, base_args=CPU_ARGS) as server:
+        model = describe(server.base_url, "first burst").model
+        for k in range(BURSTS):
+            flush_cache(server.base_url)
+            label = f"{'no-spec' if block is None else 'dflash'} burst {k + 1}"
+            done, seconds = asyncio.run(
+                run_level(server.base_url, model, prompts, sampling, concurrency, label)
+            )
+            failed = [r.error for r in done if r.error]
+            if failed:
+                raise RuntimeError(f"{label}: {len(failed)} requests failed: {failed[0]}")
+            out.append(sum(r.completion_tokens for r in done) / seconds)
+    return out
+
+
+def spread(values: list[float]) -> str:
+    return f"{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})"
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m dflash_sglang.bench.first_burst", description=__doc__.split("\n\n")[0]
+    )
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--concurrency", type=int, default=16)
+    p.add_argument("--num-prompts", type=int, default=24)
+    p.add_argument("--max-tokens", type=int, default=96)
+    p.add_argument("--out", type=Path, default=Path("docs/bench/first-burst.json"))
+    args = p.parse_args(argv)
+    sampling = Sampling(args.max_tokens)
+    results = {}
+    for name, (pair, block) in pairs().items():
+        prompts = take(load_prompts("tiny", pair_dir=pair), args.num_prompts)
+        runs = {"no-spec": [], "dflash": []}
+        for _ in range(args.repeats):  # A B A B: a drift in the machine hits both alike
+            runs["no-spec"].append(bursts(pair, None, prompts, sampling, args.concurrency))
+            runs["dflash"].append(bursts(pair, block, prompts, sampling, args.concurrency))
+        results[name] = runs
+        print(f"\n{name}: tokens/s by burst, median (range) of {args.repeats} fresh servers each")
+        for label, rows in runs.items():
+            print(f"  {label:8s}", "  ".join(spread([row[k] for row in rows]) for k in range(BURSTS)))
+        ratios = [
+            [d / n for d, n in zip(dr, nr, strict=True)]
+            for dr, nr in zip(runs["dflash"], runs["no-spec"], strict=True)
+        ]
+        print("  dflash / no-spec", "  ".join(spread([row[k] for row in ratios]) for k in range(BURSTS)))
+        first_of_last = [row[0] / row[-1] for row in runs["dflash"]]
+        print(f"  dflash first burst / its last: {spread(first_of_last)}")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(
+        json.dumps({"args": vars(args) | {"out": str(args.out)}, "results": results}, indent=1)
+    )
+    print(f"\nwrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
