@@ -120,3 +120,14 @@ def test_other_processes_cpu_share_decides_busy_where_measured(run):
     )
     run.servers[1].levels[0].foreign_cpu = 0.3
     assert "**The machine was busy** (other processes took up to 30% of its 2 CPUs" in report.setup(run)
+
+
+def test_repeated_levels_show_their_ranges_and_mark_no_difference(run):
+    dflash, baseline = run.servers
+    dflash.levels[0].repeats, baseline.levels[0].repeats = [41.0, 30.0, 50.0], [20.5, 20.0, 21.0]
+    dflash.levels[1].repeats, baseline.levels[1].repeats = [102.5, 90.0, 110.0], [82.0, 100.0, 80.0]
+    run.repeats = 3
+    lines = report.throughput_table(run).splitlines()
+    assert lines[2].startswith("| dflash | 1 | 41.0 (30.0-50.0) | 2.00x (1.50-2.38) |")
+    assert lines[3].startswith("| dflash | 4 | 102.5 (90.0-110.0) | 1.25x (0.90-1.38) ~ |")
+    assert "Each server ran 3 times" in report.markdown(run)

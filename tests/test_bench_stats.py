@@ -8,7 +8,10 @@ import pytest
 from dflash_sglang.bench.results import RequestResult
 from dflash_sglang.bench.stats import (
     acceptance,
+    distinct,
     from_histogram,
+    merge_repeats,
+    paired_speedups,
     percentile,
     percentiles,
     pooled_levels,
@@ -87,3 +90,15 @@ def test_pooled_levels_and_speedup():
     assert pooled.histogram == [2, 2, 1, 0] and pooled.verify_steps == 5
     assert speedup(two, one) == 2.0
     assert speedup(two, None) is None
+
+
+def test_repeats_merge_to_their_median_and_pair_with_the_baseline():
+    """Three fresh-server repeats of a level: tok/s is the median repeat's, the speedup the median
+    of the paired ratios, and a difference is claimed only where every repeat agrees on its side."""
+    ours = merge_repeats([summarize([request()], 1, seconds, block_size=None) for seconds in (1.0, 0.5, 2.0)])
+    base = merge_repeats([summarize([request()], 1, seconds, block_size=None) for seconds in (2.0, 1.0, 1.0)])
+    assert ours.repeats == [11.0, 22.0, 5.5] and ours.output_throughput == 11.0 and ours.duration_s == 1.0
+    assert paired_speedups(ours, base) == [2.0, 2.0, 0.5]
+    assert speedup(ours, base) == 2.0
+    assert not distinct(paired_speedups(ours, base)) and distinct([1.1, 1.2, 1.05])
+    assert paired_speedups(ours, summarize([request()], 1, 1.0, block_size=None)) == []  # not repeated

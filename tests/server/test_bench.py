@@ -65,11 +65,20 @@ def test_acceptance_comes_from_the_dflash_server_only(bench_out):
 
 
 def test_markdown_table_and_plots(bench_out):
+    """The table's throughputs and speedups are the JSON's, level by level; every plot is a
+    real image the markdown links."""
     markdown = (bench_out / "bench.md").read_text()
+    run = results.load(bench_out / "bench.json")
+    dflash, baseline = run.servers
     rows = [line for line in markdown.splitlines() if line.startswith(("| dflash |", "| baseline |"))]
     assert len(rows) == 2 * len(CONCURRENCY) + 2  # throughput rows, histogram and position rows
-    speedups = [row.split(" | ")[3] for row in rows[: len(CONCURRENCY)]]
-    assert all(s.endswith("x") and float(s[:-1]) > 0 for s in speedups)
+    cells = [[cell.strip() for cell in row.strip("|").split("|")] for row in rows[: 2 * len(CONCURRENCY)]]
+    for ours, base, concurrency in zip(dflash.levels, baseline.levels, CONCURRENCY, strict=True):
+        row = next(c for c in cells if c[:2] == ["dflash", str(concurrency)])
+        assert row[2] == f"{ours.output_throughput:.1f}"
+        assert row[3] == f"{ours.output_throughput / base.output_throughput:.2f}x"
+        base_row = next(c for c in cells if c[:2] == ["baseline", str(concurrency)])
+        assert base_row[2] == f"{base.output_throughput:.1f}" and base_row[3] == "baseline"
     for name in ("throughput", "tpot", "speedup", "acceptance_histogram", "position_acceptance"):
         png = bench_out / f"bench_{name}.png"
         assert f"![{png.name}]({png.name})" in markdown

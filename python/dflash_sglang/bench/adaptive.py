@@ -26,7 +26,7 @@ from .cli import concurrency_list
 from .client import Sampling
 from .prompts import load_prompts, take
 from .runner import new_run
-from .suite import Variant, report_run, serve_and_bench
+from .suite import Variant, report_run, serve_repeated
 from .tiny_prompts import EMBEDDED_PAIR
 
 BLOCK = 16
@@ -70,6 +70,7 @@ def main(argv=None) -> int:
     )
     p.add_argument("--num-prompts", type=int, default=32)
     p.add_argument("--max-tokens", type=int, default=48)
+    p.add_argument("--repeats", type=int, default=3, help="fresh servers per variant, interleaved")
     args = p.parse_args(argv)
     if not (args.pair / "draft" / "config.json").is_file():
         write_tiny_pair(args.pair, seed=0, block_size=BLOCK, shape=SHAPE)
@@ -81,9 +82,10 @@ def main(argv=None) -> int:
         parse_rates(profile)  # fails here, naming the switch, rather than in every server
     dataset = f"random target, hidden 1024 x 8 layers, {drafter} (block {BLOCK}); tiny prompts"
     run = new_run(dataset, len(prompts), sampling, args.concurrency, "no-spec")
-    run.servers = [
-        serve_and_bench(v, args.pair, prompts, sampling, args.concurrency) for v in variants(profile)
-    ]
+    run.repeats = args.repeats
+    run.servers = serve_repeated(
+        variants(profile), args.pair, prompts, sampling, args.concurrency, args.repeats
+    )
     report_run(run, "adaptive-cpu" if profile is None else "adaptive-cpu-simulated", args.out, args.docs)
     return 0
 

@@ -5,7 +5,7 @@ earlier results file."""
 from __future__ import annotations
 
 from .results import BenchRun, ServerRun
-from .stats import pooled_levels, speedup
+from .stats import distinct, paired_speedups, pooled_levels, speedup
 
 
 def fmt(value, digits: int = 1, suffix: str = "") -> str:
@@ -24,6 +24,11 @@ def setup(run: BenchRun) -> str:
         f"temperature {run.temperature:g}; {run.created}, {run.machine} client with {run.cpus} CPUs",
         "",
     ]
+    if run.repeats > 1:
+        lines.append(f"Each server ran {run.repeats} times (fresh servers, interleaved with the others'): "
+                     "tok/s is the median (range), the speedup the median of the ratios to the baseline "
+                     "run beside it (range); `~` marks a speedup whose repeats fall on both sides "
+                     "of 1.\n")  # fmt: skip
     shares = [lv.foreign_cpu for s in run.servers for lv in s.levels if lv.foreign_cpu is not None]
     if shares:  # measured: other processes' share of the CPUs (the servers' own load is not interference)
         verdict = "**The machine was busy**" if max(shares) > BUSY_SHARE else "The machine was quiet"
@@ -60,17 +65,34 @@ def throughput_table(run: BenchRun) -> str:
     rows = []
     for server in run.servers:
         for level in server.levels:
-            ratio = speedup(level, baseline.level(level.concurrency)) if baseline else None
+            base_level = baseline.level(level.concurrency) if baseline else None
+            ratio = speedup(level, base_level) if baseline else None
             acc = level.acceptance
             rate = None if acc.accept_rate is None else 100 * acc.accept_rate
             rows.append([
-                server.label, str(level.concurrency), fmt(level.output_throughput),
-                "baseline" if server is baseline else fmt(ratio, 2, "x"),
+                server.label, str(level.concurrency), throughput_cell(level),
+                "baseline" if server is baseline else speedup_cell(ratio, paired_speedups(level, base_level)),
                 f"{fmt(level.ttft_ms.mean)} / {fmt(level.ttft_ms.p99)}",
                 f"{fmt(level.tpot_ms.mean, 2)} / {fmt(level.tpot_ms.p99, 2)}",
                 fmt(acc.accept_length, 2), fmt(rate, 1, "%"), f"{level.requests} ({level.errors})",
             ])  # fmt: skip
     return table(header, rows)
+
+
+def throughput_cell(level) -> str:
+    """The median over repeats with their range, or the one run's throughput."""
+    if len(level.repeats) < 2:
+        return fmt(level.output_throughput)
+    return f"{fmt(level.output_throughput)} ({fmt(min(level.repeats))}-{fmt(max(level.repeats))})"
+
+
+def speedup_cell(ratio, paired: list[float]) -> str:
+    """A repeated ratio with its range; `~` marks one whose repeats fall on both sides of 1 (no
+    difference claimed)."""
+    if len(paired) < 2:
+        return fmt(ratio, 2, "x")
+    mark = "" if distinct(paired) else " ~"
+    return f"{fmt(ratio, 2, 'x')} ({min(paired):.2f}-{max(paired):.2f}){mark}"
 
 
 def speculative(run: BenchRun) -> list[ServerRun]:

@@ -64,6 +64,10 @@ class LevelStats:
     acceptance: Acceptance
     load_average: float | None = None  # the client machine's 1-minute load when the level ended
     foreign_cpu: float | None = None  # other processes' share of the machine's CPU time over the level
+    # Output tok/s of each repeat (fresh servers, interleaved with the other servers'), where the
+    # level ran more than once; output_throughput is then their median and the other fields are
+    # the median repeat's.
+    repeats: list[float] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass
@@ -92,6 +96,7 @@ class BenchRun:
     created: str = ""
     machine: str = ""
     cpus: int = 0  # of the client machine; a load average above it means the timings were shared
+    repeats: int = 1  # fresh servers per variant, interleaved (A B C A B C ...)
     servers: list[ServerRun] = dataclasses.field(default_factory=list)
     schema: str = SCHEMA
 

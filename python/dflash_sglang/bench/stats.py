@@ -9,6 +9,7 @@ step that accepted k drafts accepted block positions 1..k and no other.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 
@@ -113,6 +114,34 @@ def summarize(
 
 
 def speedup(level: LevelStats | None, baseline: LevelStats | None) -> float | None:
+    """The median of the paired ratios where both levels ran the same repeats, else the ratio."""
+    ratios = paired_speedups(level, baseline)
+    if ratios:
+        return statistics.median(ratios)
     if level is None or baseline is None or not baseline.output_throughput:
         return None
     return level.output_throughput / baseline.output_throughput
+
+
+def paired_speedups(level: LevelStats | None, baseline: LevelStats | None) -> list[float]:
+    """Repeat r's throughput over the baseline's repeat r (run side by side), or [] where the
+    levels did not both repeat the same number of times."""
+    if level is None or baseline is None:
+        return []
+    if len(level.repeats) < 2 or len(level.repeats) != len(baseline.repeats):
+        return []
+    return [ours / base for ours, base in zip(level.repeats, baseline.repeats, strict=True) if base > 0]
+
+
+def distinct(ratios: list[float]) -> bool:
+    """Whether repeated ratios tell a difference: every repeat on the same side of 1."""
+    return bool(ratios) and (min(ratios) > 1.0 or max(ratios) < 1.0)
+
+
+def merge_repeats(levels: list[LevelStats]) -> LevelStats:
+    """One level from its repeats: the median repeat's statistics, every repeat's throughput."""
+    ordered = sorted(levels, key=lambda lv: lv.output_throughput)
+    merged = dataclasses.replace(ordered[(len(ordered) - 1) // 2])
+    merged.repeats = [lv.output_throughput for lv in levels]
+    merged.output_throughput = statistics.median(merged.repeats)
+    return merged

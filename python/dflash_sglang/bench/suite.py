@@ -36,6 +36,7 @@ from .prompts import load_prompts, take
 from .results import ServerRun
 from .runner import bench_servers, new_run, write_outputs
 from .server_info import describe
+from .stats import merge_repeats
 from .tiny_prompts import EMBEDDED_PAIR
 from .tiny_prompts import describe as describe_tiny
 
@@ -187,6 +188,21 @@ def serve_and_bench(variant: Variant, pair: Path, prompts, sampling, concurrenci
         )
 
 
+def serve_repeated(variants: list[Variant], pair: Path, prompts, sampling, concurrencies, repeats: int):
+    """Every variant `repeats` times, fresh servers, interleaved (A B C A B C: a drift in the
+    machine hits every server alike); each level merged over its repeats (stats.merge_repeats)."""
+    rounds = [
+        [serve_and_bench(v, pair, prompts, sampling, concurrencies) for v in variants] for _ in range(repeats)
+    ]
+    merged = []
+    for runs in zip(*rounds, strict=True):
+        first = runs[0]
+        levels = [[run.level(c) for run in runs] for c in concurrencies]
+        first.levels = [merge_repeats(level) for level in levels if all(level)]
+        merged.append(first)
+    return merged
+
+
 def embed(docs: Path, markdown: str, marker: str = "make bench") -> bool:
     """Replace the text between the markers in docs; False where the markers are missing."""
     if not docs.is_file():
@@ -219,6 +235,7 @@ def main(argv=None) -> int:
     p.add_argument("--concurrency", type=concurrency_list, default=[1, 4, 8])
     p.add_argument("--num-prompts", type=int, default=16)
     p.add_argument("--max-tokens", type=int, default=128)
+    p.add_argument("--repeats", type=int, default=3, help="fresh servers per variant, interleaved")
     p.add_argument("--only", default=None, help="comma-separated variant labels to run (default: all)")
     p.add_argument("--runs", default=None, help=f"comma-separated runs, of {', '.join(RUNS)} (default: all)")
     args = p.parse_args(argv)
@@ -239,9 +256,10 @@ def main(argv=None) -> int:
                 run_prompts = take(load_prompts("tiny", pair_dir=run_pair), args.num_prompts)
                 run_dataset = f"tiny: random Qwen3.5-style hybrid pair {run_pair} (hot tokens 3, block 8)"
             run = new_run(run_dataset, len(run_prompts), sampling, args.concurrency, RUNS[name][0].label)
-            run.servers = [
-                serve_and_bench(v, run_pair, run_prompts, sampling, args.concurrency) for v in variants
-            ]
+            run.repeats = args.repeats
+            run.servers = serve_repeated(
+                variants, run_pair, run_prompts, sampling, args.concurrency, args.repeats
+            )
             report_run(run, name, args.out, args.docs)
     return 0
 
