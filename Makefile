@@ -18,8 +18,11 @@ system-libs:
 		  { apt-get update && apt-get install -y --no-install-recommends libibverbs1; }; }; } || \
 		echo "make install: libibverbs.so.1 is missing (apt-get install libibverbs1); the PD tests need it"
 
+# Two workers, whole files each (module-scoped servers stay in one worker; each worker starts its
+# own session servers). TEST_WORKERS=0 runs in one process.
+TEST_WORKERS ?= 2
 test:
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 # The inner loop: every test that starts no SGLang server (tests/server/ holds those).
 test-fast:
