@@ -19,10 +19,12 @@ system-libs:
 		echo "make install: libibverbs.so.1 is missing (apt-get install libibverbs1); the PD tests need it"
 
 # Two workers, whole files each (module-scoped servers stay in one worker; each worker starts its
-# own session servers). TEST_WORKERS=0 runs in one process.
+# own session servers). TEST_WORKERS=0 runs in one process. One OpenMP thread a process (servers
+# inherit it): two workers' servers each spinning two threads on two cores ran a law test 15x
+# slower; with one thread each worker keeps its sequential pace.
 TEST_WORKERS ?= 2
 test:
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	OMP_NUM_THREADS=1 $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 # The inner loop: every test that starts no SGLang server (tests/server/ holds those).
 test-fast:
