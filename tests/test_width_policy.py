@@ -101,6 +101,18 @@ def test_measured_plain_steps_decide_width_one():
     assert best_width(bad, without, WIDTHS) > 1
 
 
+def test_a_plain_step_is_never_priced_above_a_drafted_step_of_its_batch_size():
+    """Plain steps timed on a busy machine (213 ms) against drafted ones at 120 ms: the plain cost
+    is capped at the cheapest drafted step of that batch size, so drafts never accepted still
+    choose plain decoding (a tie of rates goes to the smaller width)."""
+    bad = [profile_with([0.0] * (B - 1))] * 8
+    noisy = StepCost(
+        [(16, 0.120), (64, 0.121)], plain_points=[(8, 0.213)], by_batch={8: [(2, 0.120), (8, 0.121)]}
+    )
+    assert noisy.forward(8, 1) == 0.120
+    assert best_width(bad, noisy, WIDTHS) == 1
+
+
 def test_load_moves_the_choice():
     """Good drafts: the whole block alone, on a flat curve; on a compute-bound curve a wide batch
     verifies less; drafts that are never accepted: plain decoding at any load."""

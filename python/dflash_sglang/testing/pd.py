@@ -25,6 +25,10 @@ def pd_role_args(role: str, bootstrap_port: int) -> list[str]:
     args = ["--disaggregation-mode", role, "--disaggregation-transfer-backend", "mooncake"]
     if role == "prefill":
         args += ["--disaggregation-bootstrap-port", str(bootstrap_port)]
+    else:  # SGLang sizes the decode side's retraction backup (a host pool) from the memory left
+        # after a 10 GiB reserve, and refuses to start without it: under `make test`'s two workers
+        # little is left. One GiB is far more than a tiny pair's retractions need.
+        args += ["--hicache-size", "1"]
     return args
 
 

@@ -197,7 +197,7 @@ class SGLangServer:
                 )
             try:
                 with _DIRECT.open(f"{self.base_url}{self.health_path}", timeout=5) as response:
-                    if response.status == 200:
+                    if response.status == 200 and self._listens():
                         return
             except (urllib.error.URLError, ConnectionError, TimeoutError):
                 pass
@@ -206,6 +206,20 @@ class SGLangServer:
             f"SGLang server not healthy after {self.timeout:.0f}s; log {self.log_path}:\n"
             f"{log_tail(self.log_path)}"
         )
+
+    def _listens(self) -> bool:
+        """Whether the answer came from this server: under `make test`'s two workers another
+        server may hold the port while this one is still starting (or dying before it binds)."""
+        for proc in _process_tree(self.process.pid):
+            try:
+                if any(
+                    c.status == psutil.CONN_LISTEN and c.laddr.port == self.port
+                    for c in proc.net_connections()
+                ):
+                    return True
+            except psutil.NoSuchProcess:
+                continue
+        return False
 
     def stop(self, grace: float = 10.0) -> None:
         """Kill the server and every process it started. A test server has nothing to flush, and

@@ -53,9 +53,14 @@ class StepCost:
         return (below[-1] if below else 0.0) + self.between_steps
 
     def forward(self, batch_size: int, width: int) -> float:
-        if width == 1 and self.plain_points:
-            return interpolate(self.plain_points, batch_size)
         own = self.by_batch.get(batch_size)
+        if width == 1 and self.plain_points:
+            plain = interpolate(self.plain_points, batch_size)
+            # A plain step does less than any drafted step of its batch size: a plain time above
+            # one is noise (a busy machine when it was timed), and a width priced too high never
+            # runs again to be corrected. A useless drafter verified whole blocks for hundreds of
+            # steps where plain steps timed once at 213 ms stood against drafted ones at 120 ms.
+            return min(plain, *(seconds for _, seconds in own)) if own else plain
         if width > 1 and own:  # this batch size's own steps, and around them:
             if width < own[0][0]:  # a line from its plain step
                 plain = [(1, interpolate(self.plain_points, batch_size))] if self.plain_points else []
@@ -90,7 +95,9 @@ def interpolate(points: Sequence[tuple[int, float]], x: int) -> float:
 # The server's pooled statistics (a new request's prior) weigh a request-step that tested drafts
 # half as much after this many more: a drafter whose acceptance collapses (a swapped or quantized
 # drafter, a new kind of load) is seen within a few batches, not after everything it ever accepted.
-POOL_HALF_LIFE = 256
+# Short: once the policy verifies narrow, only exploring steps test drafts (at 256, a swapped-in
+# useless drafter still drew a quarter of 100 steps wide at batch 8, six bursts later).
+POOL_HALF_LIFE = 64
 
 
 def pool_forget() -> float:
