@@ -219,6 +219,8 @@ class SGLangServer:
                     return True
             except psutil.NoSuchProcess:
                 continue
+            except psutil.AccessDenied:  # cannot tell: trust the answer, as before
+                return True
         return False
 
     def stop(self, grace: float = 10.0) -> None:
