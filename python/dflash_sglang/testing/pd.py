@@ -25,10 +25,12 @@ def pd_role_args(role: str, bootstrap_port: int) -> list[str]:
     args = ["--disaggregation-mode", role, "--disaggregation-transfer-backend", "mooncake"]
     if role == "prefill":
         args += ["--disaggregation-bootstrap-port", str(bootstrap_port)]
-    else:  # SGLang sizes the decode side's retraction backup (a host pool) from the memory left
-        # after a 10 GiB reserve, and refuses to start without it: under `make test`'s two workers
-        # little is left. One GiB is far more than a tiny pair's retractions need.
-        args += ["--hicache-size", "1"]
+    else:  # SGLang's default backup for retracted requests on the decode side is a host pool sized
+        # against the memory left after a 10 GiB reserve; under `make test`'s two workers the
+        # other worker's servers can leave less than that, and the server refuses to start.
+        # Per-request CPU tensors (SGLang's own other backend, the one hybrid targets use) need
+        # no reserve.
+        args += ["--disaggregation-decode-retraction-backup", "cpu_tensor"]
     return args
 
 
