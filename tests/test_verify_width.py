@@ -88,6 +88,23 @@ def test_a_new_batch_size_skips_the_plain_step_where_plain_decoding_cannot_win(m
     assert widths.times.unmeasured_plain(2)
 
 
+def test_a_new_batch_size_verifies_the_widest_first(monkeypatch):
+    """Drafts that fit (half accepted) and costs known only from batch 1, where the token curve's
+    slope (per-request work included) prices batch 16's whole block far above a narrow width: the
+    first step at batch 16 verifies the whole block anyway, once, so that batch 16's own point
+    prices its widths. A batch size already probed, or drafts that never fit, do not."""
+    widths = timed_at_batch_1(monkeypatch, four=0.011, eight=0.030, accepted=500)
+    widths.ran_widest = verify_width.WIDEST_FIRST  # no early-widest exploration in the way
+    widths.times.add(widths.times.plain, 16, 0.040)  # no plain probe in the way either
+    batch = fake_batch(16)
+    assert widths.choose(batch) == 8
+    assert widths.choose(batch) < 8 and widths.probed == {16}
+    never = drafts_that_never_fit(monkeypatch)
+    never.ran_widest = verify_width.WIDEST_FIRST
+    never.times.add(never.times.plain, 16, 0.040)
+    assert never.choose(fake_batch(16)) == 1 and never.probed == set()
+
+
 def drafts_that_never_fit(monkeypatch) -> VerifyWidth:
     """Timed at batch 1 (plain, 4 and 8 tokens), with a pooled acceptance of nil: plain decoding
     wins every choice."""
@@ -120,6 +137,7 @@ def test_adaptive_explores_the_best_rated_wider_width(monkeypatch):
     pooled = widths.acceptance.pooled  # budgets 0, 1, 2, 4, 8, 15: mean accepted drafts
     pooled.prior_means, pooled.prior_weight = [0.0, 0.9, 1.5, 2.0, 2.1, 2.6], 1000.0
     widths.ran_widest = verify_width.WIDEST_FIRST  # past the first widest steps (below)
+    widths.probed.add(1)  # and past batch 1's first step (test_a_new_batch_size_verifies_the_widest_first)
     batch = fake_batch(1)
     chosen = [widths.choose(batch) for _ in range(verify_width.EXPLORE_EVERY)]
     assert set(chosen[:-1]) == {5} and chosen[-1] == 16
@@ -130,6 +148,9 @@ def test_adaptive_explores_the_widest_often_until_it_has_run_a_few_times(monkeyp
     explore it every EXPLORE_FIRST_EVERY-th step until it has run WIDEST_FIRST times, where its
     estimated rate is near the best's (drafts accepted half the time, a narrower width rated best)."""
     widths = timed_at_batch_1(monkeypatch, four=0.011, eight=0.014, accepted=500)
+    widths.probed.add(
+        1
+    )  # batch 1's first widest step apart (test_a_new_batch_size_verifies_the_widest_first)
     batch = fake_batch(1)
     first, every = verify_width.WIDEST_FIRST, verify_width.EXPLORE_FIRST_EVERY
     chosen = [widths.choose(batch) for _ in range(first * every + verify_width.EXPLORE_EVERY)]

@@ -61,6 +61,18 @@ WIDEST_FIRST, EXPLORE_FIRST_EVERY = 8, 4
 # concurrent requests at block 16 run at 0.68x no-spec, a quarter of its first steps verifying
 # 256 tokens to learn what one step had shown.
 WIDEST_WORTH = 0.75
+# A batch size's first drafted step verifies the widest where the drafts are expected to commit at
+# least this many tokens a request there: its own point then prices every width of that batch size.
+# Priced from other batch sizes' points through the token curve instead, a new server's first
+# burst (16 requests, a good drafter, block 8) priced width 8 at 130 ms from batch 1's steps where
+# it took 55, and verified 2-4 of 8 for dozens of steps. Drafts that do not fit never pay for it.
+NEW_BATCH_WIDEST_TOKENS = 1.5
+
+
+def drafts_fit(ranked, widest: int, batch_size: int) -> bool:
+    """The widest's expected tokens a request reach NEW_BATCH_WIDEST_TOKENS."""
+    estimate = next(e for e in ranked if e.width == widest)
+    return estimate.tokens >= NEW_BATCH_WIDEST_TOKENS * batch_size
 
 
 def adaptive_requested(by_default: bool = False) -> bool:
@@ -129,6 +141,7 @@ class VerifyWidth:
         self.times = StepTimes(device) if self.adaptive else None
         self.signal = WidthSignal(metrics, tp_rank) if self.adaptive else None
         self.steps, self.ran, self.step_started, self.ran_widest = 0, Counter(), None, 0
+        self.probed: set[int] = set()  # batch sizes the widest has been chosen at
         self.last_view = None  # (batch size, the ranked estimates) of the latest adaptive choice
 
     @property
@@ -178,6 +191,8 @@ class VerifyWidth:
             early_widest = self.ran_widest < WIDEST_FIRST and widest_turn
             if self.times.unmeasured_plain(batch_size) and plain_could_win(ranked, curve, batch_size):
                 width = 1  # one cheap step a new batch size, where plain decoding could win
+            elif batch_size not in self.probed and drafts_fit(ranked, self.widest, batch_size):
+                width = self.widest  # its own point prices this batch size's widths
             elif early_widest and worth_a_look(ranked, self.widest, WIDEST_WORTH):
                 width = self.widest
             elif self.steps % EXPLORE_EVERY == EXPLORE_EVERY - 1:
@@ -185,6 +200,8 @@ class VerifyWidth:
         if self.tp_group is not None and self.tp_group.world_size > 1:
             width = self.tp_group.broadcast_object(width)  # rank 0's timings decide for all
         self.ran_widest += width == self.widest  # what ran, the same on every rank
+        if width == self.widest:
+            self.probed.add(batch_size)
         self.acceptance.verified(batch.reqs, width)
         self.step_started = self.times.start(batch_size, width)
         return width
@@ -214,4 +231,5 @@ def narrow(block, width: int, batch, translator, host_lens: torch.Tensor):
         cache_loc=cache_loc,
         kv_plan=kv_plan,
         draft_loc=block.draft_loc[:, :width],
+        proposal=None if block.proposal is None else block.proposal.narrow(width - 1),
     )
