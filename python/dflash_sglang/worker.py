@@ -49,6 +49,7 @@ from .runtime.streams import DrafterStream
 from .sampling.accept import Acceptance, greedy_accept
 from .sampling.penalties import PenaltyLedger, PenaltyParams
 from .sampling.prewarm import prewarm_sampled_verify
+from .sampling.sampled_drafts import drafts_at_temperature
 from .sampling.sampled_verify import sampled_accept
 from .sampling.verify_logits import adjust_verify_logits, grammar_tree
 from .step.draft_window import DraftWindow, allocate_window_pool, refuse_unsupported_setups
@@ -128,6 +129,9 @@ class DFlashWorker(Drafting, BaseSpecWorker):
                 self.tree, self.block_size, server_args, self.model_runner, one_path
             )
         self.simulated = SimulatedAcceptance.for_worker(self.tree, self.block_size, self.device)
+        self.sampled_drafts, drafts_are = drafts_at_temperature(
+            self.draft_model, self.tree, self.simulated, get_parallel().tp_size
+        )
         if self.simulated is not None:
             logger.warning("dflash_sglang: %s: simulated acceptance, for benchmarking only; the "
                            "output is not the target's", self.simulated.describe)  # fmt: skip
@@ -135,7 +139,7 @@ class DFlashWorker(Drafting, BaseSpecWorker):
         self.check_host_sync = host_sync.enabled()
         logger.info(
             "dflash_sglang: DFLASH served by %s.%s (%s schedule, drafter stream %s%s; block size %d, "
-            "verify width %s, draft window %s, draft layers %d, target layers %s)",
+            "verify width %s, draft window %s, draft layers %d, target layers %s; drafts at T > 0: %s)",
             type(self).__module__,
             type(self).__qualname__,
             self.schedule,
@@ -148,6 +152,7 @@ class DFlashWorker(Drafting, BaseSpecWorker):
             self.window_size or "off",
             config.num_hidden_layers,
             list(config.target_layer_ids),
+            drafts_are,
         )
 
     def wants_drafter_stream(self, server_args) -> bool:
@@ -352,8 +357,8 @@ class DFlashWorker(Drafting, BaseSpecWorker):
             accepted = self.simulated.accept(block.tokens, logits.argmax(-1).view(-1, size))
         elif info is None or info.is_all_greedy:
             accepted = greedy_accept(drafts, logits.argmax(-1).view(-1, size))
-        else:  # argmax drafts are point proposals: q is one-hot
-            accepted = sampled_accept(drafts, logits, info, size, reqs=batch.reqs)
+        else:  # point drafts (q one-hot), or drafts sampled from the block's proposal q
+            accepted = sampled_accept(drafts, logits, info, size, reqs=batch.reqs, proposal=block.proposal)
         return target_out, self.tp.accepted(accepted, greedy=info is None or info.is_all_greedy), None
 
     # ---- commit ------------------------------------------------------------------------------

@@ -69,8 +69,8 @@ BUGS = {
     ),
     "filter_before_temperature": Bug(
         TARGET_LAW,
-        "cut[part] = _cut(scaled, top_k[part], top_p[part], min_p[part], plan)",
-        "cut[part] = _cut(logits[part].float(), top_k[part], top_p[part], min_p[part], plan)"
+        "cut[part] = row_cut(scaled, top_k[part], top_p[part], min_p[part], plan)",
+        "cut[part] = row_cut(logits[part].float(), top_k[part], top_p[part], min_p[part], plan)"
         " / temperature[part]",
         "top_p (and min_p) measured on the probabilities before the temperature",
         "chain, tree",

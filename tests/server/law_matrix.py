@@ -40,6 +40,7 @@ from .law_statistics import likelihood_ratio_pvalue
 PATHS = {
     "chain, overlap worker": "test_worker.py",
     "chain, plain worker": "test_worker.py",
+    "chain, sampled drafts, overlap worker": "test_sampled_drafts.py",
     "tree 16 nodes, overlap worker": "test_tree.py",
     "tree 32 nodes, plain worker": "test_tree.py",
     "tree 16 nodes, overlap worker, trained pair": "test_tree.py",

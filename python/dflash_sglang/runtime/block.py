@@ -16,6 +16,7 @@ class Block(NamedTuple):
     kv_plan: object  # SGLang's KVLocPlan shared by the draft, the verify and the injection
     draft_loc: torch.Tensor  # [bs, B] the block's slots in the draft pool (what injection writes)
     tree: object = None  # a tree verify's BatchTree (tree/verify.py); None for a chain
+    proposal: object = None  # sampled drafts' law q (sampling/sampled_drafts.py); None: point drafts
 
 
 def block_kv_plan(translator, batch, host_lens: torch.Tensor, cache_loc: torch.Tensor, width: int):

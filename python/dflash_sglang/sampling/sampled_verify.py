@@ -17,6 +17,7 @@ from __future__ import annotations
 import torch
 
 from .accept import Acceptance, accepted_prefix_length
+from .sampled_drafts import residual_probs
 from .target_law import RowLaw, plan_for, row_laws
 
 
@@ -27,8 +28,10 @@ def sampled_accept(
     block_size: int,
     reqs=None,
     generator: torch.Generator | None = None,
+    proposal=None,
 ) -> Acceptance:
-    """Speculative sampling against SGLang's per-request sampling law, for argmax drafts.
+    """Speculative sampling against SGLang's per-request sampling law, for argmax drafts, or for
+    drafts sampled from a law q (`proposal`: sampled_drafts.DraftProposal).
 
     drafts: [bs, B-1]; logits: [bs * B, V] verify logits (read, not modified: the request outputs
     read them after); sampling_info: SGLang's SamplingBatchInfo (greedy rows carry top_k = 1);
@@ -38,8 +41,14 @@ def sampled_accept(
     p_draft = draft_probs(law, logits, drafts)
     bs, n_draft = drafts.shape
     uniform = torch.rand((bs, n_draft), generator=generator, device=logits.device, dtype=torch.float32)
+    if proposal is not None:  # accept with min(1, p / q): u q < p
+        uniform = uniform * proposal.q_draft
     accepted = accepted_prefix_length(uniform < p_draft)
-    extra = torch.multinomial(final_probs(law, logits, drafts, accepted, p_draft), 1, generator=generator)
+    if proposal is None:
+        final = final_probs(law, logits, drafts, accepted, p_draft)
+    else:
+        final = sampled_final_probs(law, logits, proposal, accepted)
+    extra = torch.multinomial(final, 1, generator=generator)
     tokens = torch.cat([drafts, drafts.new_zeros(bs, 1)], dim=1)
     tokens.scatter_(1, accepted.unsqueeze(1), extra)
     return Acceptance(accepted + 1, tokens)
@@ -71,3 +80,16 @@ def final_probs(
     drop = (accepted.unsqueeze(1) < n_draft) & (p_at < 1.0)
     log_p.scatter_(1, d_at, torch.where(drop, float("-inf"), log_p.gather(1, d_at)))
     return torch.softmax(log_p, dim=-1)
+
+
+def sampled_final_probs(law: RowLaw, logits: torch.Tensor, proposal, accepted: torch.Tensor) -> torch.Tensor:
+    """[bs, V]: as final_probs, for sampled drafts: normalise(max(p_a - q_a, 0)) after a rejection
+    at a, p itself at the bonus position."""
+    bs, n_draft = proposal.q_draft.shape
+    rows = accepted + (n_draft + 1) * torch.arange(bs, device=logits.device)  # flat row ids
+    scaled = logits.index_select(0, rows).float() / law.temperature[rows].unsqueeze(-1)
+    p_at = law.log_prob(scaled, rows).exp()
+    del scaled
+    bonus = accepted >= n_draft
+    q_at = proposal.rows(accepted.clamp_max(n_draft - 1))
+    return residual_probs(p_at, q_at, bonus)

@@ -95,14 +95,14 @@ def row_laws(logits: torch.Tensor, sampling_info, block_size: int, plan: LawPlan
     for start in range(0, rows, step):
         part = slice(start, min(start + step, rows))
         scaled = logits[part].float() / temperature[part].unsqueeze(-1)
-        cut[part] = _cut(scaled, top_k[part], top_p[part], min_p[part], plan)
+        cut[part] = row_cut(scaled, top_k[part], top_p[part], min_p[part], plan)
         kept = torch.where(scaled >= cut[part].unsqueeze(-1), scaled, float("-inf"))
         del scaled
         log_norm[part] = torch.logsumexp(kept, dim=-1)
     return RowLaw(temperature, cut, log_norm)
 
 
-def _cut(scaled, top_k, top_p, min_p, plan: LawPlan) -> torch.Tensor:
+def row_cut(scaled, top_k, top_p, min_p, plan: LawPlan) -> torch.Tensor:
     """The smallest kept scaled logit of each row of a [n, V] chunk (-inf: keep everything)."""
     vocab = scaled.shape[-1]
     none = torch.full_like(top_p, float("-inf"))

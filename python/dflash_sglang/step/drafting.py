@@ -9,6 +9,8 @@ block's first `width` positions (width/verify_width.py) or the tree's N nodes.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardBatch, ForwardMode
 from sglang.srt.runtime_context import get_parallel, get_spec
@@ -19,6 +21,7 @@ from ..drafter.selector import walk_candidates
 from ..runtime.block import Block, block_kv_plan
 from ..runtime.spec_info import host_read_bound
 from ..sampling.distribution import vocab_parallel_argmax, vocab_parallel_logits, vocab_parallel_topk
+from ..sampling.sampled_drafts import draw_drafts
 from ..tree import verify as tree_verify
 from ..width.verify_width import narrow
 
@@ -41,15 +44,15 @@ class Drafting:
         block_ids[:, 0] = state.bonus_tokens
         host_lens = batch.seq_lens_cpu if batch.seq_lens_cpu is not None else state.nxt_kv_lens_cpu
         kv_plan = block_kv_plan(self.model_runner.kv_index_translator, batch, host_lens, cache_loc, size)
-        draft_loc = None  # where the block's injected KV goes: the target's slots, or the ring's
+        draft_loc, proposal = None, None  # the injected KV's slots (the target's, or the ring's); q
         if size > 1:
             hidden, draft_loc = self.run_drafter(batch, state, block_ids, positions, cache_loc, kv_plan)
             if self.tree is not None:
                 return self.tree_block(batch, state.bonus_tokens, hidden[:, 1:], host_lens, width)
-            block_ids[:, 1:] = self.chain_drafts(hidden, state.bonus_tokens)
+            block_ids[:, 1:], proposal = self.chain_drafts(hidden, state.bonus_tokens, batch)
         if draft_loc is None:
             draft_loc = kv_plan.write_ids(self.draft_runner.kv_index_translator).view(bs, size)
-        block = Block(block_ids, positions.flatten(), cache_loc, kv_plan, draft_loc)
+        block = Block(block_ids, positions.flatten(), cache_loc, kv_plan, draft_loc, proposal=proposal)
         return narrow(block, width, batch, self.model_runner.kv_index_translator, host_lens)
 
     def run_drafter(self, batch, state, block_ids, positions, cache_loc, kv_plan):
@@ -96,9 +99,11 @@ class Drafting:
             hidden = self.draft_runner.forward(forward_batch).logits_output.hidden_states
         return hidden.view(bs, size, -1), draft_loc
 
-    def chain_drafts(self, block_hidden: torch.Tensor, verified: torch.Tensor) -> torch.Tensor:
-        """The drafts [bs, B-1] of the drafter's block features [bs, B, H]: the mask positions'
-        argmax over the target's LM head, a DFlash2 selector's walk over each position's top-k
+    def chain_drafts(self, block_hidden: torch.Tensor, verified: torch.Tensor, batch):
+        """The drafts [bs, B-1] of the drafter's block features [bs, B, H], and their law q where
+        they were sampled (else None): the mask positions' argmax over the target's LM head, or
+        at temperature > 0 with DFLASH_SGLANG_SAMPLED_DRAFTS=1 a draw from the request's law over
+        it (sampling/sampled_drafts.py); a DFlash2 selector's walk over each position's top-k
         candidates, or Domino's corrected rollout (drafter/selector.py, drafter/domino.py)."""
         lm_head = self.target_model.lm_head  # vocab-parallel over its own group (attention TP under DP)
         group = getattr(lm_head, "tp_group", get_parallel().tp_group)
@@ -107,14 +112,18 @@ class Drafting:
             z = proposal_features(block_hidden, drafter.config.domino_shift_label)
             base = vocab_parallel_logits(z.flatten(0, 1), lm_head, group).view(*z.shape[:2], -1)
             gru, proj = drafter.prefix_gru, drafter.embed_proj
-            return domino_drafts(gru, proj, z, base, verified, self.target_embedding, self.domino_pool)
+            return domino_drafts(gru, proj, z, base, verified, self.target_embedding, self.domino_pool), None
         selector = drafter.candidate_selector
+        info = batch.sampling_info
+        if selector is None and self.sampled_drafts and info is not None and not info.is_all_greedy:
+            logits_of = functools.partial(vocab_parallel_logits, lm_head=lm_head, tp_group=group)
+            return draw_drafts(hidden, logits_of, info, self.model_runner.model_config.vocab_size, batch.reqs)
         if selector is None:
-            return vocab_parallel_argmax(hidden.flatten(0, 1), lm_head, group).view(hidden.shape[:2])
+            return vocab_parallel_argmax(hidden.flatten(0, 1), lm_head, group).view(hidden.shape[:2]), None
         values, ids = vocab_parallel_topk(hidden.flatten(0, 1), lm_head, selector.top_k, group)
         shape = (*hidden.shape[:2], selector.top_k)
         config = self.draft_model.config
-        return walk_candidates(selector, config, values.view(shape), ids.view(shape), hidden, verified)
+        return walk_candidates(selector, config, values.view(shape), ids.view(shape), hidden, verified), None
 
     def tree_block(self, batch, verified, hidden, host_lens, width: int) -> Block:
         tree = tree_verify.build_trees(self.tree, verified, self.draft_vocab.logprobs(hidden), width)

@@ -1,0 +1,142 @@
+"""Drafts sampled from the drafter's own law at temperature > 0, and what the verify keeps of it.
+
+A point draft d (the drafter's argmax) is accepted with probability p(d). A draft sampled from
+a law q is accepted with probability min(1, p(d) / q(d)), and after a rejection at position a
+the target's token is drawn from normalise(max(p_a - q_a, 0)): lossless for any q (speculative
+sampling), and worth more accepted tokens where q is close to p and p is not peaked.
+
+q is the request's own sampling law applied to the drafter's logits: its temperature, then its
+top-k / top-p / min-p (target_law's cut), so a greedy row (SGLang gives it top_k 1) keeps its
+argmax point draft in the same batch, and a filtered request proposes inside the drafter's
+version of its filter. Penalties and grammars stay the target's alone: any q is exact.
+
+Memory: no [bs, B-1, V] tensor outlives the draw. The draw runs over row chunks (Gumbel-max over
+the kept set, one LM-head product a chunk); the verify keeps q(d) per draft, each row's cut and
+normaliser, and the drafter's features [bs, B-1, H], from which the one row per request that a
+rejection needs is recomputed.
+
+No host reads of device data: the overlap worker draws on its drafter stream.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from ..errors import DFlashConfigError
+from .target_law import RowLaw, chunk_rows, plan_for, row_cut
+
+SAMPLED_DRAFTS_ENV = "DFLASH_SGLANG_SAMPLED_DRAFTS"
+
+
+def sampled_drafts_requested() -> bool:
+    """The switch: `1` samples the plain drafter's drafts at temperature > 0; `0` or unset keeps
+    point drafts (the default: see docs/sampled-drafts.md for when sampling pays)."""
+    text = os.environ.get(SAMPLED_DRAFTS_ENV, "").strip().lower()
+    if text in ("", "0", "false", "no", "off"):
+        return False
+    if text in ("1", "true", "yes", "on"):
+        return True
+    raise DFlashConfigError(f"{SAMPLED_DRAFTS_ENV}={text!r}: expected 1 (sampled) or 0 (point drafts)")
+
+
+def drafts_at_temperature(draft_model, tree, simulated, tp_size: int) -> tuple[bool, str]:
+    """Whether this server samples its drafts at temperature > 0, and the startup log's words."""
+    if not sampled_drafts_requested():
+        return False, f"point drafts (the argmax; {SAMPLED_DRAFTS_ENV}=1 samples them)"
+    if draft_model.candidate_selector is not None or draft_model.prefix_gru is not None:
+        why = "DFlash2's selector and Domino's rollout draft one point path"
+    elif tree is not None:
+        why = "trees verify point drafts"
+    elif simulated is not None:
+        why = "simulated acceptance"
+    elif tp_size > 1:
+        why = "under tensor parallelism the ranks would need rank 0's draws"
+    else:
+        return True, f"sampled from the drafter's law ({SAMPLED_DRAFTS_ENV}=1)"
+    return False, f"point drafts ({SAMPLED_DRAFTS_ENV}=1 asked for sampled ones, but {why})"
+
+
+@dataclass
+class DraftProposal:
+    """The law the drafts were drawn from: q(d) at every draft, and q's row at any position."""
+
+    q_draft: torch.Tensor  # [bs, S] q_i(d_i)
+    features: torch.Tensor  # [bs, S, H] the drafter's features at the draft positions
+    law: RowLaw  # per draft row (bs * S): the request's temperature, q's cut and normaliser
+    logits_of: Callable[[torch.Tensor], torch.Tensor]  # [n, H] -> [n, V] through the LM head
+
+    def narrow(self, n_draft: int) -> DraftProposal:
+        """The first `n_draft` positions of every request (a verify narrower than the block)."""
+        bs, size = self.q_draft.shape
+        if n_draft == size:
+            return self
+        rows = torch.arange(bs * size, device=self.q_draft.device).view(bs, size)[:, :n_draft].flatten()
+        law = RowLaw(self.law.temperature[rows], self.law.cut[rows], self.law.log_norm[rows])
+        return DraftProposal(self.q_draft[:, :n_draft], self.features[:, :n_draft], law, self.logits_of)
+
+    def rows(self, position: torch.Tensor) -> torch.Tensor:
+        """[bs, V]: q at one draft position per request (`position` [bs], each < S)."""
+        bs, size = self.q_draft.shape
+        flat = torch.arange(bs, device=position.device) * size + position
+        features = self.features[torch.arange(bs, device=position.device), position]
+        scaled = self.logits_of(features).float() / self.law.temperature[flat].unsqueeze(-1)
+        return self.law.log_prob(scaled, flat).exp()
+
+
+def draw_drafts(
+    features: torch.Tensor,
+    logits_of: Callable[[torch.Tensor], torch.Tensor],
+    sampling_info,
+    vocab: int,
+    reqs=None,
+    generator: torch.Generator | None = None,
+) -> tuple[torch.Tensor, DraftProposal]:
+    """The drafts [bs, S] sampled from each request's law over the drafter's logits, and q.
+
+    features: [bs, S, H] at the draft positions; logits_of: [n, H] -> [n, V] (the target's LM
+    head, gathered over TP ranks); sampling_info: SGLang's SamplingBatchInfo.
+    """
+    bs, size, _ = features.shape
+    rows = bs * size
+    flat = features.flatten(0, 1)
+
+    def per_row(values: torch.Tensor) -> torch.Tensor:
+        return values.reshape(-1).repeat_interleave(size)  # request -> its S draft rows
+
+    temperature = per_row(sampling_info.temperatures.float())
+    top_k = per_row(sampling_info.top_ks.to(torch.int64))
+    top_p = per_row(sampling_info.top_ps.float())
+    min_p = per_row(sampling_info.min_ps.float())
+    plan = plan_for(sampling_info, vocab, reqs)
+    drafts = torch.empty(rows, dtype=torch.int64, device=features.device)
+    q_draft = torch.empty(rows, dtype=torch.float32, device=features.device)
+    cut, log_norm = torch.empty_like(q_draft), torch.empty_like(q_draft)
+    step = chunk_rows(vocab)
+    for start in range(0, rows, step):
+        part = slice(start, min(start + step, rows))
+        scaled = logits_of(flat[part]).float() / temperature[part].unsqueeze(-1)
+        cut[part] = row_cut(scaled, top_k[part], top_p[part], min_p[part], plan)
+        kept = torch.where(scaled >= cut[part].unsqueeze(-1), scaled, float("-inf"))
+        del scaled
+        log_norm[part] = torch.logsumexp(kept, dim=-1)
+        # Gumbel-max: argmax(log q + G) is a draw from q; G = -log(E), E ~ Exp(1).
+        noise = torch.empty_like(kept).exponential_(generator=generator).log_().neg_()
+        choice = (kept + noise).argmax(dim=-1)
+        del noise
+        drafts[part] = choice
+        q_draft[part] = (kept.gather(-1, choice.unsqueeze(-1)).squeeze(-1) - log_norm[part]).exp()
+    law = RowLaw(temperature, cut, log_norm)
+    return drafts.view(bs, size), DraftProposal(q_draft.view(bs, size), features, law, logits_of)
+
+
+def residual_probs(p_at: torch.Tensor, q_at: torch.Tensor, bonus: torch.Tensor) -> torch.Tensor:
+    """[bs, V]: the law of the token the target adds, normalise(max(p - q, 0)) after a rejection
+    and p itself at the bonus position (`bonus` [bs] bool). A residual of no mass (q = p) cannot
+    follow a rejection (every draft is then accepted), so the guard only absorbs rounding."""
+    residual = torch.where(bonus.unsqueeze(-1), p_at, (p_at - q_at).clamp_min(0))
+    mass = residual.sum(-1, keepdim=True)
+    return torch.where(mass > 0, residual / mass.clamp_min(1e-30), p_at)

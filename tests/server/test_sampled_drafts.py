@@ -1,0 +1,59 @@
+"""Drafts sampled from the drafter's law (DFLASH_SGLANG_SAMPLED_DRAFTS=1) on a real server: the
+sampled law with the judge every path uses, greedy requests beside sampled ones equal to the
+engine-free reference, and the startup line. The exactness of the verify with a proposal q and
+the power of its law check against this code's bugs are in tests/test_sampled_drafts.py."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from dflash_sglang.sampling.sampled_drafts import SAMPLED_DRAFTS_ENV
+from dflash_sglang.testing.server import SGLangServer, log_tail
+
+from .conftest import dflash_args
+from .law_case import COMPLETIONS, trained_case
+from .law_matrix import assert_every_setting_follows_the_law
+from .pairs import reference
+from .test_worker import OVERLAP_CHECKED_DFLASH
+
+MAX_NEW = 24
+
+
+@pytest.fixture(scope="module")
+def case():
+    return trained_case()
+
+
+@pytest.fixture(scope="module")
+def server(case):
+    pair, _, drafter, _ = case
+    env = {**OVERLAP_CHECKED_DFLASH, SAMPLED_DRAFTS_ENV: "1"}
+    with SGLangServer(pair.target, dflash_args(pair, drafter.block_size), env=env) as server:
+        yield server
+
+
+def test_the_startup_line_says_the_drafts_are_sampled(server):
+    assert "drafts at T > 0: sampled from the drafter's law" in log_tail(server.log_path, lines=400)
+
+
+def test_the_sampled_law_with_real_filters(case, server):
+    """The drafts are random, so the judge reads none back (drafter None): the PIT, the filter's
+    support and the ratios that need no draft."""
+    _, target, _, prompt = case
+    assert_every_setting_follows_the_law(
+        "chain, sampled drafts, overlap worker", server, target, [prompt], n=COMPLETIONS
+    )
+
+
+def test_greedy_requests_beside_sampled_ones_equal_the_reference(case, server):
+    pair, _, drafter, prompt = case
+    prompts = [prompt[: len(prompt) - k] for k in range(4)]
+    with ThreadPoolExecutor(2) as pool:
+        sampled = pool.submit(server.generate, [prompt] * 8, MAX_NEW, temperature=1.0)
+        greedy = pool.submit(server.generate, prompts, MAX_NEW)
+        outs = greedy.result()
+        assert len(sampled.result()) == 8
+    for ids, out in zip(prompts, outs, strict=True):
+        assert out["output_ids"] == reference(pair, ids, MAX_NEW, drafter.block_size).tokens
