@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: install system-libs test test-fast lint serve demo bench bench-adaptive bench-first-burst tiny-pair gpu-check soak planted law-power
+.PHONY: install system-libs test test-fast lint serve demo bench bench-adaptive bench-first-burst bench-sampled-drafts tiny-pair gpu-check soak planted law-power
 
 install: system-libs
 	python3 -m venv $(VENV)
@@ -62,6 +62,10 @@ bench-adaptive:
 REPEATS ?= 3
 bench-first-burst:
 	$(PY) -m dflash_sglang.bench.first_burst --repeats $(REPEATS)
+
+# Engine-free: tokens a step with point against sampled drafts at T 0.6 and 1.0 (docs/sampled-drafts.md).
+bench-sampled-drafts:
+	$(PY) -m dflash_sglang.bench.sampled_drafts
 
 # Retrains the embedded tiny pair (target, drafter, held-out prompts, measured acceptance) from
 # the standard library's source: deterministic on one machine (one thread), about half an hour on
