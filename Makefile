@@ -65,7 +65,7 @@ bench-first-burst:
 
 # Engine-free: tokens a step with point against sampled drafts at T 0.6 and 1.0 (docs/sampled-drafts.md).
 bench-sampled-drafts:
-	$(PY) -m dflash_sglang.bench.sampled_drafts
+	$(PY) -m dflash_sglang.train.sampled_acceptance
 
 # Retrains the embedded tiny pair (target, drafter, held-out prompts, measured acceptance) from
 # the standard library's source: deterministic on one machine (one thread), about half an hour on

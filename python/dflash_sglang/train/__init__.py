@@ -11,4 +11,5 @@
     drafter        the recipe: drafter config for a target, train_drafter
     causal_lm      next-token training (the tiny target)
     tiny_pair      the deterministic script behind `make tiny-pair`
+    sampled_acceptance  tokens a step with point against sampled drafts (`make bench-sampled-drafts`)
 """

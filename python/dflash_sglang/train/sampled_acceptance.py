@@ -1,7 +1,7 @@
 """Do sampled drafts pay for the plain DFlash drafter? Engine-free, on the embedded trained pair
 (docs/sampled-drafts.md):
 
-    python -m dflash_sglang.bench.sampled_drafts [--prompts 8] [--completions 2]
+    python -m dflash_sglang.train.sampled_acceptance [--prompts 8] [--completions 2]
 
 Point drafts (the drafter's argmax) against drafts sampled from the drafter's own law at the
 request's temperature. Both are verified by exact rejection sampling (sampling/accept.py). Prints
@@ -19,8 +19,8 @@ from ..drafter.context import DraftContextCache, target_features
 from ..drafter.model import DFlashDraftModel
 from ..drafter.reference import propose
 from ..sampling.accept import rejection_accept
-from ..train import data
-from ..train.tiny_pair import embedded_pair, held_out_prompts
+from . import data
+from .tiny_pair import embedded_pair, held_out_prompts
 
 
 def draft_logits(target, draft, ids: torch.Tensor, at: int, block: int) -> torch.Tensor:
@@ -57,7 +57,7 @@ def tokens_per_step(target, draft, prompt, temperature, block, sampled, max_new,
 
 @torch.no_grad()
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m dflash_sglang.bench.sampled_drafts")
+    parser = argparse.ArgumentParser(prog="python -m dflash_sglang.train.sampled_acceptance")
     parser.add_argument("--prompts", type=int, default=8)
     parser.add_argument("--completions", type=int, default=2)
     parser.add_argument("--max-new", type=int, default=48)
