@@ -63,7 +63,7 @@ def test_the_draw_follows_the_request_law_and_greedy_rows_keep_the_argmax():
         q = law(draft_logits[position], 0.8, top_k=4)
         assert assert_law(drafts[N // 2 :, position], q) > ALPHA
         assert torch.allclose(proposal.q_draft[N // 2 :, position], q[drafts[N // 2 :, position]])
-        assert torch.allclose(proposal.rows(torch.full((N,), position))[-1], q, atol=1e-6)
+        assert torch.allclose(proposal.rows(torch.full((N,), position), V)[-1], q, atol=1e-6)
 
 
 def verify(params: dict, seed: int = 0):
@@ -95,7 +95,9 @@ def test_the_verify_of_sampled_drafts_keeps_the_target_law(params):
 def q_at_the_wrong_position(monkeypatch):
     rows = sampled_drafts.DraftProposal.rows
     monkeypatch.setattr(
-        sampled_drafts.DraftProposal, "rows", lambda self, at: rows(self, (at + 1) % self.q_draft.shape[1])
+        sampled_drafts.DraftProposal,
+        "rows",
+        lambda self, at, v: rows(self, (at + 1) % self.q_draft.shape[1], v),
     )
 
 

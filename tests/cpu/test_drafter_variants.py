@@ -139,3 +139,100 @@ def test_our_laguna_gate_and_feature_norms_are_sglangs(per_head):
         target_hidden = torch.randn(7, features * hidden, generator=generator)
         theirs = DFlashLagunaForCausalLM.project_target_hidden(model, target_hidden)
         assert torch.allclose(hidden_norm(fc(normed_features(norms, target_hidden))), theirs, atol=1e-6)
+
+
+def selector_case(batch: int, slots: int, top_k: int, vocab: int, seed: int):
+    """A random selector, SGLang's with the same weights, and one block's inputs (distinct
+    candidates a position)."""
+    generator = torch.Generator().manual_seed(seed)
+    ours = CandidateSelector(16, vocab, 4, top_k)
+    theirs = SGLangSelector(hidden_size=16, vocab_size=vocab, state_rank=4, top_k=top_k)
+    randomize(ours, generator)
+    theirs.load_state_dict(ours.state_dict())
+    ids = torch.stack([torch.randperm(vocab, generator=generator)[:top_k] for _ in range(slots)])
+    ids = ids.expand(batch, slots, top_k).clone()
+    values = torch.randn(slots, top_k, generator=generator).expand(batch, slots, top_k).clone()
+    hidden = torch.randn(slots, 16, generator=generator).expand(batch, slots, 16).clone()
+    anchor = torch.full((batch,), 3)
+    return ours, theirs, ids, values, hidden, anchor
+
+
+def test_our_sampled_walk_is_sglangs():
+    """DFlash2 at temperature > 0 (DFLASH_SGLANG_SAMPLED_DRAFTS=1): the drafts and q of our walk
+    equal SGLang's module's (its lattice, then its `sample_path`) with the same weights and
+    uniforms, greedy rows included."""
+    from dflash_sglang.drafter.sampled_walk import sampled_walk
+    from tests.planted.simulate import sampling_info
+
+    batch, slots, top_k, vocab = 6, 5, 4, 64
+    ours, theirs, ids, values, hidden, anchor = selector_case(batch, slots, top_k, vocab, seed=3)
+    info = sampling_info({"temperature": 0.7}, batch)
+    info.top_ks[:2] = 1  # greedy rows
+    uniforms = torch.rand(batch, slots, generator=torch.Generator().manual_seed(4))
+    config = SimpleNamespace(output_multiplier=1.0, final_logit_softcapping=None)
+    with torch.no_grad(), torch.compiler.set_stance("force_eager"):
+        drafts, proposal = sampled_walk(ours, config, values, ids, hidden, anchor, info, uniforms)
+        scores = theirs.build_lattice(
+            candidate_ids=ids, unary_logits=values, hidden_states=hidden, anchor_token_ids=anchor
+        )
+        tokens, q_rows = theirs.sample_path(candidate_ids=ids, scores=scores, uniforms=uniforms,
+                                            temperatures=torch.full((batch,), 0.7),
+                                            greedy_mask=info.top_ks <= 1)  # fmt: skip
+    assert torch.equal(drafts, tokens) and torch.allclose(proposal.q, q_rows)
+    chosen = (ids == tokens.unsqueeze(-1)).float().argmax(-1, keepdim=True)
+    assert torch.allclose(proposal.q_draft, q_rows.gather(-1, chosen).squeeze(-1))
+    assert torch.equal(drafts[:2], ours.greedy_walk(ids[:2], scores[:2]))  # greedy rows: the argmax walk
+
+
+def dflash2_law_p_values() -> list[float]:
+    """Drafts from the sampled walk, verified with their K-candidate q, 40,000 requests: the
+    chi-square p-values of the first emitted token against p at the first position, and of the
+    token after an accepted draft against p at the next."""
+    from scipy.stats import chisquare
+
+    from dflash_sglang.drafter.sampled_walk import sampled_walk
+    from dflash_sglang.sampling.sampled_verify import sampled_accept
+    from tests.planted.simulate import sampling_info
+
+    n, slots, top_k, vocab = 40_000, 2, 4, 8
+    ours, _, ids, values, hidden, anchor = selector_case(n, slots, top_k, vocab, seed=5)
+    info = sampling_info({"temperature": 1.0}, n)
+    config = SimpleNamespace(output_multiplier=1.0, final_logit_softcapping=None)
+    torch.manual_seed(6)
+    target_logits = torch.randn(slots + 1, vocab) - 1.0  # the drafts are likely, not certain
+    for j in range(slots):
+        target_logits[j, ids[0, j]] = values[0, j] + 0.5 * torch.randn(top_k)
+    target = torch.softmax(target_logits, -1)
+    with torch.no_grad():
+        drafts, proposal = sampled_walk(ours, config, values, ids, hidden, anchor, info)
+        accepted = sampled_accept(drafts, target_logits.repeat(n, 1), info, slots + 1, proposal=proposal)
+    after = accepted.lengths >= 2
+    assert after.float().mean() > 0.1  # the check reaches the second position
+    p_values = []
+    for tokens, p in ((accepted.tokens[:, 0], target[0]), (accepted.tokens[after, 1], target[1])):
+        counts = torch.bincount(tokens, minlength=vocab).double()
+        expected = p.double() / p.double().sum() * counts.sum()
+        p_values.append(chisquare(counts.numpy(), expected.numpy()).pvalue)
+    return p_values
+
+
+def test_the_verify_of_dflash2_sampled_walks_keeps_the_target_law():
+    assert min(dflash2_law_p_values()) > 1e-4
+
+
+@pytest.mark.parametrize("bug", ["residual_ignores_q", "q_at_the_wrong_position"])
+def test_the_dflash2_law_check_catches_planted_bugs(monkeypatch, bug):
+    """Planted by the test alone: after a rejection the token drawn from p (not the residual),
+    or the residual taken against the next position's q."""
+    from dflash_sglang.sampling import sampled_drafts, sampled_verify
+
+    if bug == "residual_ignores_q":
+        monkeypatch.setattr(sampled_verify, "residual_probs", lambda p_at, q_at, bonus: p_at)
+    else:
+        rows = sampled_drafts.CandidateProposal.rows
+
+        def shifted(self, at, vocab):
+            return rows(self, (at + 1) % self.q_draft.shape[1], vocab)
+
+        monkeypatch.setattr(sampled_drafts.CandidateProposal, "rows", shifted)
+    assert min(dflash2_law_p_values()) < 1e-4

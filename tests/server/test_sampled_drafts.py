@@ -1,7 +1,9 @@
 """Drafts sampled from the drafter's law (DFLASH_SGLANG_SAMPLED_DRAFTS=1) on a real server: the
 sampled law with the judge every path uses, greedy requests beside sampled ones equal to the
-engine-free reference, and the startup line. The exactness of the verify with a proposal q and
-the power of its law check against this code's bugs are in tests/test_sampled_drafts.py."""
+engine-free reference, and the startup line; and DFlash2's sampled walk (SGLang's sample_path) on
+a DFlash2 drafter, its law and startup line. The exactness of the verify with a proposal q and the
+power of its law check against this code's bugs are in tests/test_sampled_drafts.py and
+tests/cpu/test_drafter_variants.py."""
 
 from __future__ import annotations
 
@@ -11,11 +13,12 @@ import pytest
 
 from dflash_sglang.sampling.sampled_drafts import SAMPLED_DRAFTS_ENV
 from dflash_sglang.testing.server import SGLangServer, log_tail
+from dflash_sglang.testing.tiny_variants import write_variant_pair
 
 from .conftest import dflash_args
 from .law_case import COMPLETIONS, trained_case
 from .law_matrix import assert_every_setting_follows_the_law
-from .pairs import reference
+from .pairs import HOT_SHAPE, load, reference
 from .test_worker import OVERLAP_CHECKED_DFLASH
 
 MAX_NEW = 24
@@ -57,3 +60,23 @@ def test_greedy_requests_beside_sampled_ones_equal_the_reference(case, server):
         assert len(sampled.result()) == 8
     for ids, out in zip(prompts, outs, strict=True):
         assert out["output_ids"] == reference(pair, ids, MAX_NEW, drafter.block_size).tokens
+
+
+@pytest.fixture(scope="module")
+def dflash2(tmp_path_factory):
+    pair = write_variant_pair(tmp_path_factory.mktemp("dflash2"), ("dflash2",), 0, 8, HOT_SHAPE)
+    env = {**OVERLAP_CHECKED_DFLASH, SAMPLED_DRAFTS_ENV: "1"}
+    with SGLangServer(pair.target, dflash_args(pair, 8), env=env) as server:
+        server.pair = pair
+        yield server
+
+
+def test_dflash2_samples_its_walk_and_keeps_the_law(dflash2):
+    """A random DFlash2 drafter on a hot random pair: valid, with little power (its drafts are
+    rarely likely yet uncertain); the walk's power is in-process (tests/cpu/test_drafter_variants.py)."""
+    assert "drafts at T > 0: DFlash2's sampled walk" in log_tail(dflash2.log_path, lines=400)
+    target = load(dflash2.pair.target, dflash2.pair.draft)[1]
+    prompts = [[10 + (7 * i + 13 * n) % 290 for i in range(n)] for n in (1, 3, 7, 9, 16, 31, 50, 70)]
+    assert_every_setting_follows_the_law(
+        "DFlash2 drafter, sampled walk, overlap worker", dflash2, target, prompts
+    )

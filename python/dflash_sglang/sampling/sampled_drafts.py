@@ -47,8 +47,8 @@ def drafts_at_temperature(draft_model, tree, simulated, tp_size: int) -> tuple[b
     """Whether this server samples its drafts at temperature > 0, and the startup log's words."""
     if not sampled_drafts_requested():
         return False, f"point drafts (the argmax; {SAMPLED_DRAFTS_ENV}=1 samples them)"
-    if draft_model.candidate_selector is not None or draft_model.prefix_gru is not None:
-        why = "DFlash2's selector and Domino's rollout draft one point path"
+    if draft_model.prefix_gru is not None:
+        why = "Domino's rollout drafts one point path"
     elif tree is not None:
         why = "trees verify point drafts"
     elif simulated is not None:
@@ -56,6 +56,11 @@ def drafts_at_temperature(draft_model, tree, simulated, tp_size: int) -> tuple[b
     elif tp_size > 1:
         why = "under tensor parallelism the ranks would need rank 0's draws"
     else:
+        if draft_model.candidate_selector is not None:
+            return (
+                True,
+                f"DFlash2's sampled walk, SGLang's CandidateSelector.sample_path ({SAMPLED_DRAFTS_ENV}=1)",
+            )
         return True, f"sampled from the drafter's law ({SAMPLED_DRAFTS_ENV}=1)"
     return False, f"point drafts ({SAMPLED_DRAFTS_ENV}=1 asked for sampled ones, but {why})"
 
@@ -78,13 +83,32 @@ class DraftProposal:
         law = RowLaw(self.law.temperature[rows], self.law.cut[rows], self.law.log_norm[rows])
         return DraftProposal(self.q_draft[:, :n_draft], self.features[:, :n_draft], law, self.logits_of)
 
-    def rows(self, position: torch.Tensor) -> torch.Tensor:
+    def rows(self, position: torch.Tensor, vocab: int) -> torch.Tensor:
         """[bs, V]: q at one draft position per request (`position` [bs], each < S)."""
         bs, size = self.q_draft.shape
         flat = torch.arange(bs, device=position.device) * size + position
         features = self.features[torch.arange(bs, device=position.device), position]
         scaled = self.logits_of(features).float() / self.law.temperature[flat].unsqueeze(-1)
         return self.law.log_prob(scaled, flat).exp()
+
+
+@dataclass
+class CandidateProposal:
+    """A law over K candidates a position (DFlash2's sampled walk): q is zero off the candidates,
+    and each position's q is the transition row of the candidate chosen before it."""
+
+    q_draft: torch.Tensor  # [bs, S] q_i(d_i)
+    ids: torch.Tensor  # [bs, S, K] the candidates (distinct at a position)
+    q: torch.Tensor  # [bs, S, K] their probabilities on the walked path
+
+    def narrow(self, n_draft: int) -> CandidateProposal:
+        return CandidateProposal(self.q_draft[:, :n_draft], self.ids[:, :n_draft], self.q[:, :n_draft])
+
+    def rows(self, position: torch.Tensor, vocab: int) -> torch.Tensor:
+        """[bs, V]: q at one draft position per request, scattered over the vocabulary."""
+        at = torch.arange(position.shape[0], device=position.device), position
+        dense = torch.zeros((position.shape[0], vocab), dtype=torch.float32, device=position.device)
+        return dense.scatter_(1, self.ids[at], self.q[at].float())
 
 
 def draw_drafts(

@@ -91,5 +91,5 @@ def sampled_final_probs(law: RowLaw, logits: torch.Tensor, proposal, accepted: t
     p_at = law.log_prob(scaled, rows).exp()
     del scaled
     bonus = accepted >= n_draft
-    q_at = proposal.rows(accepted.clamp_max(n_draft - 1))
+    q_at = proposal.rows(accepted.clamp_max(n_draft - 1), p_at.shape[-1])
     return residual_probs(p_at, q_at, bonus)

@@ -17,6 +17,7 @@ from sglang.srt.runtime_context import get_parallel, get_spec
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
 from ..drafter.domino import domino_drafts, proposal_features
+from ..drafter.sampled_walk import sampled_walk
 from ..drafter.selector import walk_candidates
 from ..runtime.block import Block, block_kv_plan
 from ..runtime.spec_info import host_read_bound
@@ -104,7 +105,8 @@ class Drafting:
         they were sampled (else None): the mask positions' argmax over the target's LM head, or
         at temperature > 0 with DFLASH_SGLANG_SAMPLED_DRAFTS=1 a draw from the request's law over
         it (sampling/sampled_drafts.py); a DFlash2 selector's walk over each position's top-k
-        candidates, or Domino's corrected rollout (drafter/selector.py, drafter/domino.py)."""
+        candidates (sampled there too, drafter/sampled_walk.py), or Domino's corrected rollout
+        (drafter/selector.py, drafter/domino.py)."""
         lm_head = self.target_model.lm_head  # vocab-parallel over its own group (attention TP under DP)
         group = getattr(lm_head, "tp_group", get_parallel().tp_group)
         hidden, drafter = block_hidden[:, 1:], self.draft_model
@@ -115,7 +117,8 @@ class Drafting:
             return domino_drafts(gru, proj, z, base, verified, self.target_embedding, self.domino_pool), None
         selector = drafter.candidate_selector
         info = batch.sampling_info
-        if selector is None and self.sampled_drafts and info is not None and not info.is_all_greedy:
+        sample = self.sampled_drafts and info is not None and not info.is_all_greedy
+        if selector is None and sample:
             logits_of = functools.partial(vocab_parallel_logits, lm_head=lm_head, tp_group=group)
             return draw_drafts(hidden, logits_of, info, self.model_runner.model_config.vocab_size, batch.reqs)
         if selector is None:
@@ -123,7 +126,10 @@ class Drafting:
         values, ids = vocab_parallel_topk(hidden.flatten(0, 1), lm_head, selector.top_k, group)
         shape = (*hidden.shape[:2], selector.top_k)
         config = self.draft_model.config
-        return walk_candidates(selector, config, values.view(shape), ids.view(shape), hidden, verified), None
+        values, ids = values.view(shape), ids.view(shape)
+        if sample:  # SGLang's sampled walk over the lattice
+            return sampled_walk(selector, config, values, ids, hidden, verified, info)
+        return walk_candidates(selector, config, values, ids, hidden, verified), None
 
     def tree_block(self, batch, verified, hidden, host_lens, width: int) -> Block:
         tree = tree_verify.build_trees(self.tree, verified, self.draft_vocab.logprobs(hidden), width)
