@@ -46,7 +46,7 @@ def sampled_drafts_requested() -> bool:
 def drafts_at_temperature(draft_model, tree, simulated, tp_size: int) -> tuple[bool, str]:
     """Whether this server samples its drafts at temperature > 0, and the startup log's words."""
     if not sampled_drafts_requested():
-        return False, f"point drafts (the argmax; {SAMPLED_DRAFTS_ENV}=1 samples them)"
+        return False, f"point drafts ({SAMPLED_DRAFTS_ENV}=1 samples them)"
     if draft_model.prefix_gru is not None:
         why = "Domino's rollout drafts one point path"
     elif tree is not None:
@@ -55,12 +55,9 @@ def drafts_at_temperature(draft_model, tree, simulated, tp_size: int) -> tuple[b
         why = "simulated acceptance"
     elif tp_size > 1:
         why = "under tensor parallelism the ranks would need rank 0's draws"
+    elif draft_model.candidate_selector is not None:
+        return True, f"DFlash2's sampled walk, SGLang's sample_path ({SAMPLED_DRAFTS_ENV}=1)"
     else:
-        if draft_model.candidate_selector is not None:
-            return (
-                True,
-                f"DFlash2's sampled walk, SGLang's CandidateSelector.sample_path ({SAMPLED_DRAFTS_ENV}=1)",
-            )
         return True, f"sampled from the drafter's law ({SAMPLED_DRAFTS_ENV}=1)"
     return False, f"point drafts ({SAMPLED_DRAFTS_ENV}=1 asked for sampled ones, but {why})"
 
