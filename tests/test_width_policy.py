@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from dflash_sglang.width.policy import AcceptanceProfile, StepCost, best_width, ranked_widths
+from dflash_sglang.width.policy import PLAIN_MARGIN, AcceptanceProfile, StepCost, best_width, ranked_widths
 
 B = 8
 WIDTHS = list(range(1, B + 1))
@@ -35,14 +35,16 @@ def brute_force_expected_tokens(rates: list[float], width: int) -> float:
 
 
 def brute_force_width(rate_sets, seconds, drafter) -> int:
+    """The width of most tokens per second; plain decoding unless beaten by PLAIN_MARGIN."""
     bs = len(rate_sets)
-    best, best_rate = None, -1.0
+    best, best_rate, plain_rate = None, -1.0, None
     for w in WIDTHS:
         tokens = sum(brute_force_expected_tokens(r, w) for r in rate_sets)
         rate = tokens / (seconds(bs * w) + (drafter(bs) if w > 1 else 0.0))
+        plain_rate = rate if w == 1 else plain_rate
         if rate > best_rate + 1e-12:
             best, best_rate = w, rate
-    return best
+    return 1 if best_rate < (1 + PLAIN_MARGIN) * plain_rate else best
 
 
 def cost_of(seconds, drafter_fixed, drafter_per_request, max_tokens) -> StepCost:
@@ -93,8 +95,9 @@ def test_estimates_recover_known_rates_from_steps_of_mixed_widths():
 
 def test_measured_plain_steps_decide_width_one():
     """Width 1 skips the drafter: where plain steps were measured cheaper than drafted ones, drafts
-    that are never accepted choose plain decoding even on a flat curve."""
-    bad = [profile_with([0.02] * (B - 1))]
+    that are rarely accepted choose plain decoding even on a flat curve (without plain points, a
+    width-2 step's 1.2 tokens at the curve's price beat plain by more than PLAIN_MARGIN)."""
+    bad = [profile_with([0.2] * (B - 1))]
     flat = StepCost([(2, 0.010), (16, 0.0101)], plain_points=[(1, 0.006)])
     assert best_width(bad, flat, WIDTHS) == 1
     without = StepCost([(2, 0.010), (16, 0.0101)])  # extrapolated from drafted steps only

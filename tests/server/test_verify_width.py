@@ -119,11 +119,16 @@ def test_the_sampled_law_with_real_filters_under_the_adaptive_width(pair, adapti
 
 def test_a_drafter_that_never_fits_drives_the_adaptive_width_to_plain_decoding(pair, adaptive, prompt_ids):
     """A drafter whose every draft is token 0 (never the target's) swapped into the running server:
-    the policy's next reports are mostly plain decoding (width 1), and the output stays exact."""
+    the policy's reports turn to plain decoding (width 1), and the output stays exact.
+
+    Ten bursts: the server's pooled acceptance, a new request's prior, still remembers the good
+    drafter's later positions, and only exploring steps test drafts once it verifies narrow. After
+    six bursts the last report was 94% plain on a quiet machine and 76% in CI beside another
+    worker's servers, where a plain step's time nears a drafted one's."""
     want = [reference(pair, ids, MAX_NEW, BLOCK).tokens for ids in prompt_ids]
     before = len(reported_widths(adaptive.log_path.read_text()))
     with drafter(adaptive, drafter_weights(pair.draft), "always_token_0"):
-        for _ in range(6):
+        for _ in range(10):
             with ThreadPoolExecutor(8) as pool:
                 outs = list(pool.map(lambda ids: adaptive.generate(ids, MAX_NEW), prompt_ids))
             assert [out["output_ids"] for out in outs] == want

@@ -199,9 +199,20 @@ def plain_could_win(ranked: Sequence[Estimate], cost: StepCost, batch_size: int)
     return best.width == 1 or plain_rate >= best.tokens / best.seconds
 
 
-def ranked_widths(profiles: Sequence, cost: StepCost, widths: Sequence[int]) -> list[Estimate]:
+# Plain decoding (width 1) ranks first unless a drafted width's estimated rate beats it by this
+# share. A plain step does less than any drafted one, but under noise its time is capped at the
+# cheapest drafted step's (StepCost.forward), and a useless drafter's acceptance estimate stays a
+# little above zero (its prior): the two left width 8 "ahead" by 2.5% with drafts that never fit,
+# and a fifth of a loaded CI machine's steps verified whole blocks. A drafter that gains less than
+# this is not worth its exploring steps either.
+PLAIN_MARGIN = 0.05
+
+
+def ranked_widths(
+    profiles: Sequence, cost: StepCost, widths: Sequence[int], plain_margin: float = PLAIN_MARGIN
+) -> list[Estimate]:
     """Every width's estimate, from the most expected committed tokens per second to the fewest
-    (ties: smaller first)."""
+    (ties: smaller first; plain decoding first unless beaten by `plain_margin`)."""
     widths = sorted(widths)
     totals = [0.0] * len(widths)
     for profile in profiles:  # once per request: the policy runs every step
@@ -210,4 +221,11 @@ def ranked_widths(profiles: Sequence, cost: StepCost, widths: Sequence[int]) -> 
     estimates = [
         Estimate(w, total, cost.step(len(profiles), w)) for w, total in zip(widths, totals, strict=True)
     ]
-    return sorted(estimates, key=lambda e: (-e.tokens / e.seconds, e.width))
+    ranked = sorted(estimates, key=lambda e: (-e.tokens / e.seconds, e.width))
+    plain = next((e for e in ranked if e.width == 1), None)
+    best = ranked[0]
+    if plain is not None and best is not plain:
+        if best.tokens / best.seconds < (1 + plain_margin) * plain.tokens / plain.seconds:
+            ranked.remove(plain)
+            ranked.insert(0, plain)
+    return ranked
