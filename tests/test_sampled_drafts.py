@@ -120,7 +120,7 @@ def q_not_renormalised(monkeypatch):
 
 def residual_ignores_q(monkeypatch):
     """After a rejection the token drawn from p, not from the residual max(p - q, 0)."""
-    monkeypatch.setattr(sampled_verify, "residual_probs", lambda p_at, q_at, bonus: p_at)
+    monkeypatch.setattr(sampled_verify, "final_law", lambda weight, p_at, q_at, bonus: p_at)
 
 
 @pytest.mark.parametrize("plant", [q_at_the_wrong_position, q_not_renormalised, residual_ignores_q])

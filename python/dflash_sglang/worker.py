@@ -122,16 +122,16 @@ class DFlashWorker(Drafting, BaseSpecWorker):
             metrics=bool(server_args.enable_metrics), tp_rank=getattr(tp_group, "rank_in_group", 0),
         )  # fmt: skip
         if self.tree is not None:  # refuses what trees do not serve yet; the drafter's log q
-            one_path = (
-                self.draft_model.candidate_selector is not None or self.draft_model.prefix_gru is not None
-            )
-            self.draft_vocab = tree_verify.prepare(  # DFlash2 and Domino draft one path
+            model = self.draft_model  # DFlash2 and Domino draft one path
+            one_path = model.candidate_selector is not None or model.prefix_gru is not None
+            self.draft_vocab = tree_verify.prepare(
                 self.tree, self.block_size, server_args, self.model_runner, one_path
             )
         self.simulated = SimulatedAcceptance.for_worker(self.tree, self.block_size, self.device)
-        self.sampled_drafts, drafts_are = drafts_at_temperature(
-            self.draft_model, self.tree, self.simulated, get_parallel().tp_size
-        )
+        self.sampled_drafts, self.block_verification, drafts_are = drafts_at_temperature(
+            self.draft_model, self.tree, self.simulated, get_parallel().tp_size,
+            spec.speculative_use_block_verification,
+        )  # fmt: skip
         if self.simulated is not None:
             logger.warning("dflash_sglang: %s: simulated acceptance, for benchmarking only; the "
                            "output is not the target's", self.simulated.describe)  # fmt: skip
@@ -186,12 +186,9 @@ class DFlashWorker(Drafting, BaseSpecWorker):
         )  # fmt: skip
         logger.info(
             "dflash_sglang: draft window %d: draft KV pool of %d slots (%d requests x %d), target pool %d",
-            self.window_size,
-            self.draft_runner.token_to_kv_pool.size,
-            self.window.max_requests,
-            self.window.ring,
-            self.model_runner.token_to_kv_pool.size,
-        )
+            self.window_size, self.draft_runner.token_to_kv_pool.size, self.window.max_requests,
+            self.window.ring, self.model_runner.token_to_kv_pool.size,
+        )  # fmt: skip
 
     def init_attention_backends(self):
         self._draft_worker.init_attention_backends()
@@ -358,7 +355,10 @@ class DFlashWorker(Drafting, BaseSpecWorker):
         elif info is None or info.is_all_greedy:
             accepted = greedy_accept(drafts, logits.argmax(-1).view(-1, size))
         else:  # point drafts (q one-hot), or drafts sampled from the block's proposal q
-            accepted = sampled_accept(drafts, logits, info, size, reqs=batch.reqs, proposal=block.proposal)
+            accepted = sampled_accept(
+                drafts, logits, info, size, reqs=batch.reqs, proposal=block.proposal,
+                block_verification=self.block_verification,
+            )  # fmt: skip
         return target_out, self.tp.accepted(accepted, greedy=info is None or info.is_all_greedy), None
 
     # ---- commit ------------------------------------------------------------------------------

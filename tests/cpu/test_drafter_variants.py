@@ -227,7 +227,7 @@ def test_the_dflash2_law_check_catches_planted_bugs(monkeypatch, bug):
     from dflash_sglang.sampling import sampled_drafts, sampled_verify
 
     if bug == "residual_ignores_q":
-        monkeypatch.setattr(sampled_verify, "residual_probs", lambda p_at, q_at, bonus: p_at)
+        monkeypatch.setattr(sampled_verify, "final_law", lambda weight, p_at, q_at, bonus: p_at)
     else:
         rows = sampled_drafts.CandidateProposal.rows
 

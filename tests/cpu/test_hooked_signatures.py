@@ -24,6 +24,8 @@ SIGNATURES = {
         "is_neox_style: 'bool', dtype: 'torch.dtype', position_start: 'int' = 0) -> 'None'",
     "sglang.srt.arg_groups.speculative_hook._handle_dflash":
         "(server_args: 'ServerArgs') -> 'None'",
+    "sglang.srt.arg_groups.speculative_hook.handle_speculative_decoding":
+        "(server_args: 'ServerArgs') -> 'None'",
     "sglang.srt.arg_groups.speculative_hook._resolve_dflash_draft_attention_backend":
         "(server_args: 'ServerArgs') -> 'None'",
     "sglang.srt.speculative.draft_worker_common.resolve_draft_worker_attention_backend":

@@ -41,6 +41,7 @@ PATHS = {
     "chain, overlap worker": "test_worker.py",
     "chain, plain worker": "test_worker.py",
     "chain, sampled drafts, overlap worker": "test_sampled_drafts.py",
+    "chain, sampled drafts, block verification, plain worker": "test_sampled_drafts.py",
     "DFlash2 drafter, sampled walk, overlap worker": "test_sampled_drafts.py",
     "tree 16 nodes, overlap worker": "test_tree.py",
     "tree 32 nodes, plain worker": "test_tree.py",

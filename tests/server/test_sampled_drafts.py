@@ -1,9 +1,10 @@
 """Drafts sampled from the drafter's law (DFLASH_SGLANG_SAMPLED_DRAFTS=1) on a real server: the
 sampled law with the judge every path uses, greedy requests beside sampled ones equal to the
-engine-free reference, and the startup line; and DFlash2's sampled walk (SGLang's sample_path) on
+engine-free reference, and the startup line; the same drafts verified as a block
+(`--speculative-use-block-verification`), its law; and DFlash2's sampled walk (SGLang's sample_path) on
 a DFlash2 drafter, its law and startup line. The exactness of the verify with a proposal q and the
-power of its law check against this code's bugs are in tests/test_sampled_drafts.py and
-tests/cpu/test_drafter_variants.py."""
+power of its law check against this code's bugs are in tests/test_sampled_drafts.py,
+tests/test_block_verify.py and tests/cpu/test_drafter_variants.py."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from dflash_sglang.sampling.sampled_drafts import SAMPLED_DRAFTS_ENV
 from dflash_sglang.testing.server import SGLangServer, log_tail
 from dflash_sglang.testing.tiny_variants import write_variant_pair
 
-from .conftest import dflash_args
+from .conftest import PLAIN, dflash_args
 from .law_case import COMPLETIONS, trained_case
 from .law_matrix import assert_every_setting_follows_the_law
 from .pairs import HOT_SHAPE, load, reference
@@ -60,6 +61,29 @@ def test_greedy_requests_beside_sampled_ones_equal_the_reference(case, server):
         assert len(sampled.result()) == 8
     for ids, out in zip(prompts, outs, strict=True):
         assert out["output_ids"] == reference(pair, ids, MAX_NEW, drafter.block_size).tokens
+
+
+@pytest.fixture(scope="module")
+def blocks(case):
+    """Sampled drafts verified as a block (SGLang's flag; SGLang refuses it off CUDA, the plugin
+    lets it through for DFLASH on CPU), under the plain worker."""
+    pair, _, drafter, _ = case
+    args = [*dflash_args(pair, drafter.block_size), "--speculative-use-block-verification"]
+    with SGLangServer(pair.target, args, env={**PLAIN, SAMPLED_DRAFTS_ENV: "1"}) as server:
+        yield server
+
+
+def test_block_verification_keeps_the_law_and_greedy_stays_exact(case, blocks):
+    pair, target, drafter, prompt = case
+    assert "sampled from the drafter's law" in log_tail(blocks.log_path, lines=400)
+    assert "verified as a block (--speculative-use-block-verification)" in log_tail(
+        blocks.log_path, lines=400
+    )
+    assert_every_setting_follows_the_law(
+        "chain, sampled drafts, block verification, plain worker", blocks, target, [prompt], n=COMPLETIONS
+    )
+    out = blocks.generate(prompt, MAX_NEW)
+    assert out["output_ids"] == reference(pair, prompt, MAX_NEW, drafter.block_size).tokens
 
 
 @pytest.fixture(scope="module")

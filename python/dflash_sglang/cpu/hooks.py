@@ -38,6 +38,7 @@ HOOKS: tuple[Hook, ...] = (
     Hook(fork_launch.TARGET, fork_launch.fork_subprocesses_on_cpu),
     Hook(rotary.TARGET, rotary.rotary_init_without_vllm),
     Hook(policy.HANDLE_DFLASH, policy.allow_dflash_on_cpu),
+    Hook(policy.HANDLE_SPECULATIVE, policy.allow_block_verification_on_cpu),
     Hook(policy.RESOLVE_DRAFT_BACKEND, policy.keep_torch_native_draft_on_cpu),
     Hook(policy.DRAFT_WORKER_BACKEND, policy.draft_worker_backend_on_cpu),
     Hook(kv_pool.TARGET, kv_pool.native_kv_move_on_cpu),

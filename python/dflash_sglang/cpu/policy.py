@@ -1,4 +1,5 @@
-"""Platform policy: let a `--device cpu` server run DFLASH with a torch_native draft.
+"""Platform policy: let a `--device cpu` server run DFLASH with a torch_native draft (and block
+verification, whose torch version runs anywhere).
 
 SGLang refuses DFLASH unless the device is CUDA, NPU or XPU, and its draft-backend whitelists
 lack torch_native, so a cpu draft would fall back to FlashInfer, which cannot load. The refusal is
@@ -12,6 +13,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 
 HANDLE_DFLASH = "sglang.srt.arg_groups.speculative_hook._handle_dflash"
+HANDLE_SPECULATIVE = "sglang.srt.arg_groups.speculative_hook.handle_speculative_decoding"
 RESOLVE_DRAFT_BACKEND = "sglang.srt.arg_groups.speculative_hook._resolve_dflash_draft_attention_backend"
 DRAFT_WORKER_BACKEND = "sglang.srt.speculative.draft_worker_common.resolve_draft_worker_attention_backend"
 
@@ -28,11 +30,11 @@ def draft_backend_for_cpu(requested: str | None) -> str | None:
 
 
 @contextmanager
-def device_declared_as(server_args, device: str):
-    """A temporary resolution declaration of `device`, removed again on exit."""
+def declared(server_args, **fields):
+    """A temporary resolution declaration of `fields`, removed again on exit."""
     from sglang.srt.arg_groups.overrides import declare_resolution
 
-    declare_resolution(server_args, SOURCE, device=device)
+    declare_resolution(server_args, SOURCE, **fields)
     entry = server_args._resolved_overrides[-1]
     try:
         yield
@@ -48,10 +50,25 @@ def allow_dflash_on_cpu(original, server_args):
         return original(server_args)
     token = _resolving_dflash_on_cpu.set(True)
     try:
-        with device_declared_as(server_args, "cuda"):
+        with declared(server_args, device="cuda"):
             return original(server_args)
     finally:
         _resolving_dflash_on_cpu.reset(token)
+
+
+def allow_block_verification_on_cpu(original, server_args):
+    """AROUND handle_speculative_decoding: SGLang refuses `--speculative-use-block-verification`
+    off CUDA (its kernel is Triton); our DFLASH worker's is torch (sampling/block_verify.py). On
+    cpu the flag is hidden from that check only, and reads as given again after it."""
+    from sglang.srt.arg_groups.overrides import resolving_view
+
+    view = resolving_view(server_args)
+    if view.device != "cpu" or not view.speculative_use_block_verification:
+        return original(server_args)
+    if str(view.speculative_algorithm).upper() != "DFLASH":
+        return original(server_args)
+    with declared(server_args, speculative_use_block_verification=False):
+        return original(server_args)
 
 
 def keep_torch_native_draft_on_cpu(original, server_args):

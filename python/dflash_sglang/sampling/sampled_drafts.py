@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import torch
 
 from ..errors import DFlashConfigError
+from .block_verify import block_verification_for
 from .target_law import RowLaw, chunk_rows, plan_for, row_cut
 
 SAMPLED_DRAFTS_ENV = "DFLASH_SGLANG_SAMPLED_DRAFTS"
@@ -43,7 +44,15 @@ def sampled_drafts_requested() -> bool:
     raise DFlashConfigError(f"{SAMPLED_DRAFTS_ENV}={text!r}: expected 1 (sampled) or 0 (point drafts)")
 
 
-def drafts_at_temperature(draft_model, tree, simulated, tp_size: int) -> tuple[bool, str]:
+def drafts_at_temperature(draft_model, tree, simulated, tp_size: int, block: bool) -> tuple[bool, bool, str]:
+    """Whether this server samples its drafts at temperature > 0, whether it verifies them as a
+    block (`block`: SGLang's `--speculative-use-block-verification`), and the startup log's words."""
+    sampled, words = drafts_are(draft_model, tree, simulated, tp_size)
+    block, block_words = block_verification_for(bool(block), sampled)
+    return sampled, block, words + block_words
+
+
+def drafts_are(draft_model, tree, simulated, tp_size: int) -> tuple[bool, str]:
     """Whether this server samples its drafts at temperature > 0, and the startup log's words."""
     if not sampled_drafts_requested():
         return False, f"point drafts ({SAMPLED_DRAFTS_ENV}=1 samples them)"
@@ -152,12 +161,3 @@ def draw_drafts(
         q_draft[part] = (kept.gather(-1, choice.unsqueeze(-1)).squeeze(-1) - log_norm[part]).exp()
     law = RowLaw(temperature, cut, log_norm)
     return drafts.view(bs, size), DraftProposal(q_draft.view(bs, size), features, law, logits_of)
-
-
-def residual_probs(p_at: torch.Tensor, q_at: torch.Tensor, bonus: torch.Tensor) -> torch.Tensor:
-    """[bs, V]: the law of the token the target adds, normalise(max(p - q, 0)) after a rejection
-    and p itself at the bonus position (`bonus` [bs] bool). A residual of no mass (q = p) cannot
-    follow a rejection (every draft is then accepted), so the guard only absorbs rounding."""
-    residual = torch.where(bonus.unsqueeze(-1), p_at, (p_at - q_at).clamp_min(0))
-    mass = residual.sum(-1, keepdim=True)
-    return torch.where(mass > 0, residual / mass.clamp_min(1e-30), p_at)

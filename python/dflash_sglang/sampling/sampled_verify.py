@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 
 from .accept import Acceptance, accepted_prefix_length
-from .sampled_drafts import residual_probs
+from .block_verify import accepted_block_length, final_law, prefix_weights, residual_mass
 from .target_law import RowLaw, plan_for, row_laws
 
 
@@ -29,9 +29,11 @@ def sampled_accept(
     reqs=None,
     generator: torch.Generator | None = None,
     proposal=None,
+    block_verification: bool = False,
 ) -> Acceptance:
     """Speculative sampling against SGLang's per-request sampling law, for argmax drafts, or for
-    drafts sampled from a law q (`proposal`: sampled_drafts.DraftProposal).
+    drafts sampled from a law q (`proposal`: sampled_drafts.DraftProposal), token by token or, with
+    `block_verification` and a proposal, as one block (sampling/block_verify.py).
 
     drafts: [bs, B-1]; logits: [bs * B, V] verify logits (read, not modified: the request outputs
     read them after); sampling_info: SGLang's SamplingBatchInfo (greedy rows carry top_k = 1);
@@ -41,12 +43,15 @@ def sampled_accept(
     p_draft = draft_probs(law, logits, drafts)
     bs, n_draft = drafts.shape
     uniform = torch.rand((bs, n_draft), generator=generator, device=logits.device, dtype=torch.float32)
-    if proposal is not None:  # accept with min(1, p / q): u q < p
-        uniform = uniform * proposal.q_draft
-    accepted = accepted_prefix_length(uniform < p_draft)
     if proposal is None:
+        accepted = accepted_prefix_length(uniform < p_draft)
         final = final_probs(law, logits, drafts, accepted, p_draft)
-    else:
+    elif block_verification:
+        weights = prefix_weights(p_draft, proposal.q_draft)
+        accepted = accepted_block_length(weights, residual_masses(law, logits, proposal, weights), uniform)
+        final = sampled_final_probs(law, logits, proposal, accepted, weights.gather(1, accepted.unsqueeze(1)))
+    else:  # accept with min(1, p / q): u q < p
+        accepted = accepted_prefix_length(uniform * proposal.q_draft < p_draft)
         final = sampled_final_probs(law, logits, proposal, accepted)
     extra = torch.multinomial(final, 1, generator=generator)
     tokens = torch.cat([drafts, drafts.new_zeros(bs, 1)], dim=1)
@@ -82,14 +87,34 @@ def final_probs(
     return torch.softmax(log_p, dim=-1)
 
 
-def sampled_final_probs(law: RowLaw, logits: torch.Tensor, proposal, accepted: torch.Tensor) -> torch.Tensor:
-    """[bs, V]: as final_probs, for sampled drafts: normalise(max(p_a - q_a, 0)) after a rejection
-    at a, p itself at the bonus position."""
-    bs, n_draft = proposal.q_draft.shape
-    rows = accepted + (n_draft + 1) * torch.arange(bs, device=logits.device)  # flat row ids
+def target_rows(law: RowLaw, logits: torch.Tensor, position: torch.Tensor, n_draft: int) -> torch.Tensor:
+    """[bs, V]: the target's law p at one block position per request (`position` [bs])."""
+    rows = position + (n_draft + 1) * torch.arange(position.shape[0], device=logits.device)  # flat ids
     scaled = logits.index_select(0, rows).float() / law.temperature[rows].unsqueeze(-1)
-    p_at = law.log_prob(scaled, rows).exp()
-    del scaled
-    bonus = accepted >= n_draft
+    return law.log_prob(scaled, rows).exp()
+
+
+def residual_masses(law: RowLaw, logits: torch.Tensor, proposal, weights: torch.Tensor) -> torch.Tensor:
+    """[bs, n]: r_i = sum_x max(w_i p_i(x) - q_i(x), 0) at block positions 1 .. n - 1 (column 0 is
+    unused), one [bs, V] row pair at a time."""
+    bs, n_draft = proposal.q_draft.shape
+    masses = torch.zeros_like(proposal.q_draft)
+    vocab = logits.shape[-1]
+    for i in range(1, n_draft):
+        position = torch.full((bs,), i, dtype=torch.int64, device=logits.device)
+        p = target_rows(law, logits, position, n_draft)
+        masses[:, i] = residual_mass(weights[:, i], p, proposal.rows(position, vocab))
+    return masses
+
+
+def sampled_final_probs(
+    law: RowLaw, logits: torch.Tensor, proposal, accepted: torch.Tensor, weight: torch.Tensor | None = None
+) -> torch.Tensor:
+    """[bs, V]: as final_probs, for sampled drafts: normalise(max(w p_a - q_a, 0)) after a
+    rejection at a (w = 1 token by token; block verification's prefix weight `weight` [bs, 1]),
+    p itself at the bonus position."""
+    n_draft = proposal.q_draft.shape[1]
+    p_at = target_rows(law, logits, accepted, n_draft)
     q_at = proposal.rows(accepted.clamp_max(n_draft - 1), p_at.shape[-1])
-    return residual_probs(p_at, q_at, bonus)
+    weight = torch.ones_like(accepted, dtype=p_at.dtype) if weight is None else weight.view(-1)
+    return final_law(weight, p_at, q_at, accepted >= n_draft)

@@ -4,8 +4,9 @@
     python -m dflash_sglang.train.sampled_acceptance [--prompts 8] [--completions 2]
 
 Point drafts (the drafter's argmax) against drafts sampled from the drafter's own law at the
-request's temperature. Both are verified by exact rejection sampling (sampling/accept.py). Prints
-the tokens committed per verify step by block size and temperature.
+request's temperature, verified token by token by exact rejection sampling (sampling/accept.py),
+and the sampled drafts verified as a block (sampling/block_verify.py). Prints the tokens committed
+per verify step by block size and temperature.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from ..drafter.context import DraftContextCache, target_features
 from ..drafter.model import DFlashDraftModel
 from ..drafter.reference import propose
 from ..sampling.accept import rejection_accept
+from ..sampling.block_verify import block_rejection_accept
 from . import data
 from .tiny_pair import embedded_pair, held_out_prompts
 
@@ -37,7 +39,11 @@ def draft_logits(target, draft, ids: torch.Tensor, at: int, block: int) -> torch
     return logits[0]
 
 
-def tokens_per_step(target, draft, prompt, temperature, block, sampled, max_new, generator) -> float:
+MODES = ("point", "sampled", "block")  # point drafts; sampled drafts, token by token or as a block
+
+
+def tokens_per_step(target, draft, prompt, temperature, block, mode, max_new, generator) -> float:
+    sampled = mode != "point"
     seq = list(prompt)
     first = torch.softmax(target(torch.tensor([seq])).logits[0, -1].float() / temperature, -1)
     seq.append(int(torch.multinomial(first, 1, generator=generator)))
@@ -48,7 +54,10 @@ def tokens_per_step(target, draft, prompt, temperature, block, sampled, max_new,
         drafts = torch.multinomial(q, 1, generator=generator)[:, 0] if sampled else q_logits.argmax(-1)
         logits = target(torch.tensor([seq + drafts.tolist()])).logits[0, len(seq) - 1 :]
         p = torch.softmax(logits.float() / temperature, -1)
-        accepted = rejection_accept(drafts.view(1, -1), p[None], q[None] if sampled else None, generator)
+        if mode == "block":
+            accepted = block_rejection_accept(drafts.view(1, -1), p[None], q[None], generator)
+        else:
+            accepted = rejection_accept(drafts.view(1, -1), p[None], q[None] if sampled else None, generator)
         n = int(accepted.lengths[0])
         seq += accepted.tokens[0, :n].tolist()
         steps, emitted = steps + 1, emitted + n
@@ -67,20 +76,25 @@ def main(argv=None) -> int:
     target = AutoModelForCausalLM.from_pretrained(pair.target, dtype=torch.float32).eval()
     draft = DFlashDraftModel.from_pretrained(pair.draft)
     prompts = [data.prompt_ids(tokenizer, p) for p in held_out_prompts()[: args.prompts]]
-    print("| block | T | point drafts | sampled drafts | sampled / point |\n|---|---|---|---|---|")
+    print(
+        "| block | T | point drafts | sampled drafts | sampled, block verification | sampled / point "
+        "| block verification / point |\n|---|---|---|---|---|---|---|"
+    )
     for block in (4, 8):
         for temperature in (0.6, 1.0):
             means = []
-            for sampled in (False, True):
+            for mode in MODES:
                 generator = torch.Generator().manual_seed(0)
                 runs = [
-                    tokens_per_step(target, draft, p, temperature, block, sampled, args.max_new, generator)
+                    tokens_per_step(target, draft, p, temperature, block, mode, args.max_new, generator)
                     for p in prompts
                     for _ in range(args.completions)
                 ]
                 means.append(sum(runs) / len(runs))
+            point, sampled, as_block = means
             print(
-                f"| {block} | {temperature} | {means[0]:.2f} | {means[1]:.2f} | {means[1] / means[0]:.2f} |"
+                f"| {block} | {temperature} | {point:.2f} | {sampled:.2f} | {as_block:.2f} "
+                f"| {sampled / point:.2f} | {as_block / point:.2f} |"
             )
     return 0
 
