@@ -131,6 +131,8 @@ def test_the_law_check_catches_the_planted_bugs(monkeypatch, plant):
 
 def test_the_switch(monkeypatch):
     monkeypatch.delenv(SAMPLED_DRAFTS_ENV, raising=False)
+    assert sampled_drafts_requested()  # the default: sampled drafts accept more (docs/sampled-drafts.md)
+    monkeypatch.setenv(SAMPLED_DRAFTS_ENV, "0")
     assert not sampled_drafts_requested()
     monkeypatch.setenv(SAMPLED_DRAFTS_ENV, "1")
     assert sampled_drafts_requested()

@@ -201,7 +201,7 @@ class DFlashWorker(Drafting, BaseSpecWorker):
 
     def prewarm_sampling(self):
         # SGLang sizes the KV pool after this: rehearse our sampled verify's worst-case memory.
-        return prewarm_sampled_verify(self.model_runner, self.tree.width if self.tree else self.block_size)
+        return prewarm_sampled_verify(self.model_runner, self.widths.widest, draws=self.sampled_drafts)
 
     def weight_update_runners(self):
         # The drafter takes only its own tensors from an update (sglang_draft.load_weights): a

@@ -29,6 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import torch
 
+from dflash_sglang.sampling.sampled_drafts import SAMPLED_DRAFTS_ENV
 from dflash_sglang.testing.server import SGLangServer
 from dflash_sglang.testing.tiny_hybrid import (
     HybridShape,
@@ -147,13 +148,15 @@ def test_the_sampled_law_with_power_through_state_commits(tmp_path_factory):
     """law_case.constant_draft_pair on the hybrid target (overlap worker, extra_buffer, block 4):
     every draft is token 0, likely yet uncertain and accepted about half the time, so a wrong
     acceptance, residual or committed state shows (docs/reliability.md); the drafts are known,
-    so the likelihood ratios see each draft's mass."""
+    so the likelihood ratios see each draft's mass (point drafts: SAMPLED_DRAFTS_ENV=0)."""
     pair = write_tiny_hybrid_pair(tmp_path_factory.mktemp("hybrid-power"), 0, 4, HybridShape(hot_tokens=3))
     constant_draft_pair(pair, lambda target: keep_full_attention_interval(target, HYBRID_INTERVAL))
     dflash = ["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", pair.draft,
               "--speculative-num-draft-tokens", 4]  # fmt: skip
     with SGLangServer(
-        pair.target, [*HYBRID_ARGS, *EXTRA_BUFFER, *dflash], env={**HYBRID_ENV, **OVERLAP}
+        pair.target,
+        [*HYBRID_ARGS, *EXTRA_BUFFER, *dflash],
+        env={**HYBRID_ENV, **OVERLAP, SAMPLED_DRAFTS_ENV: "0"},
     ) as server:
         path, model = "hybrid extra_buffer, overlap worker, constant drafts", load_target(pair.target)
         assert_every_setting_follows_the_law(path, server, model, prompts(), drafter=ConstantDrafter(0, 4))

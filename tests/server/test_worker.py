@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from dflash_sglang.sampling.sampled_drafts import SAMPLED_DRAFTS_ENV
 from dflash_sglang.testing.server import SGLangServer
 
 from .conftest import PLAIN, dflash_args
@@ -252,7 +253,9 @@ def test_the_sampled_law_with_real_filters(env, path):
     """law_matrix.SETTINGS in one mixed batch, each against the target's law and its control, on
     law_case.py's trained pair and prompt, where the bugs of speculative sampling show
     (docs/reliability.md, tests/planted/). The drafts are read back (law_drafts.py), so the
-    likelihood ratios see each draft's mass. One server at a time."""
+    likelihood ratios see each draft's mass: point drafts (SAMPLED_DRAFTS_ENV=0), as sampled ones
+    cannot be read back (their law is in test_sampled_drafts.py). One server at a time."""
     pair, target, drafter, prompt = trained_case()
+    env = {**env, SAMPLED_DRAFTS_ENV: "0"}
     with SGLangServer(pair.target, dflash_args(pair, drafter.block_size), env=env) as server:
         assert_every_setting_follows_the_law(path, server, target, [prompt], n=COMPLETIONS, drafter=drafter)

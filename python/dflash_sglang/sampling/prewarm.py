@@ -2,9 +2,10 @@
 
 SGLang calls the speculative worker's `prewarm_sampling()` once at startup, after graph capture
 and before the post-capture KV sizing; with graph-pool borrowing off, that sizing leaves the
-returned `sampling_headroom_bytes` free. Our verify temporaries (sampled_verify, target_law) are
-ordinary allocations, so the rehearsal measures their peak at the largest batch with every filter
-on (the sort pass is the largest), and turns borrowing off so that the headroom is what counts.
+returned `sampling_headroom_bytes` free. Our verify temporaries (sampled_verify, target_law) and
+the draw's (sampled_drafts) are ordinary allocations, so the rehearsal measures their peak at the
+largest batch with every filter on (the sort pass is the largest), and turns borrowing off so
+that the headroom is what counts.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from types import SimpleNamespace
 
 import torch
 
+from .sampled_drafts import draw_drafts
 from .sampled_verify import sampled_accept
 
 logger = logging.getLogger(__name__)
@@ -36,27 +38,37 @@ def worst_case_info(bs: int, device) -> SimpleNamespace:
     )
 
 
-def rehearse(bs: int, block_size: int, vocab: int, device) -> int:
-    """Run one worst-case sampled verify; on CUDA return its peak bytes above what was allocated
-    before (the logits themselves excluded), elsewhere 0 (nothing to measure, the run still
-    proves the path at full size)."""
+def rehearse(bs: int, block_size: int, vocab: int, device, draws: bool = False) -> int:
+    """Run one worst-case sampled verify (and, with `draws`, one worst-case draw of sampled
+    drafts); on CUDA return their peak bytes above what was allocated before (the logits
+    themselves excluded), summed: the draw runs on the drafter stream and may overlap a verify.
+    Elsewhere 0 (nothing to measure, the run still proves the path at full size)."""
     device = torch.device(device)
     logits = torch.zeros((bs * block_size, vocab), dtype=torch.float32, device=device)
     drafts = torch.zeros((bs, block_size - 1), dtype=torch.int64, device=device)
     info = worst_case_info(bs, device)
+    runs = [lambda: sampled_accept(drafts, logits, info, block_size)]
+    if draws:  # the LM head stands in as a zero [rows, V] output: its chunk is the draw's input
+        features = torch.zeros((bs, block_size - 1, 1), device=device)
+        head = lambda rows: torch.zeros((rows.shape[0], vocab), dtype=torch.float32, device=device)  # noqa: E731
+        runs.append(lambda: draw_drafts(features, head, info, vocab))
+    return sum(peak_bytes(run, device) for run in runs)
+
+
+def peak_bytes(run, device) -> int:
     if device.type != "cuda":
-        sampled_accept(drafts, logits, info, block_size)
+        run()
         return 0
-    sampled_accept(drafts, logits, info, block_size)  # cached workspaces land outside the peak
+    run()  # cached workspaces land outside the peak
     torch.cuda.synchronize(device)
     torch.cuda.reset_peak_memory_stats(device)
     base = torch.cuda.memory_allocated(device)
-    sampled_accept(drafts, logits, info, block_size)
+    run()
     torch.cuda.synchronize(device)
     return torch.cuda.max_memory_allocated(device) - base
 
 
-def prewarm_sampled_verify(model_runner, block_size: int):
+def prewarm_sampled_verify(model_runner, block_size: int, draws: bool = False):
     """DFlashWorker.prewarm_sampling: rehearse, record the headroom where SGLang's KV sizing reads
     it, and return SGLang's SamplingPrewarmResult."""
     from sglang.srt.model_executor.model_runner import SamplingPrewarmResult
@@ -65,7 +77,7 @@ def prewarm_sampled_verify(model_runner, block_size: int):
     # A verify batch never holds more requests than the scheduler runs at once.
     bs = model_runner.max_running_requests or model_runner.max_decode_logits_rows() // block_size
     vocab = model_runner.model_config.vocab_size
-    peak = rehearse(max(1, int(bs)), block_size, vocab, model_runner.device)
+    peak = rehearse(max(1, int(bs)), block_size, vocab, model_runner.device, draws)
     if pool.graph_pool_borrow_enabled():
         # Borrowing would have the KV sizing skip our headroom, and we do not allocate from it.
         pool.disable_graph_pool_borrow("dflash_sglang's sampled verify reserves its rehearsed peak instead")
@@ -73,7 +85,7 @@ def prewarm_sampled_verify(model_runner, block_size: int):
     result = SamplingPrewarmResult(sampling_input_bytes=inputs, sampling_headroom_bytes=peak + inputs)
     model_runner.sampling_prewarm_result = result
     logger.info(
-        "dflash_sglang: sampled verify rehearsed at %d requests x block %d x vocab %d: peak %.1f MiB",
-        bs, block_size, vocab, peak / (1 << 20),
+        "dflash_sglang: sampled verify%s rehearsed at %d requests x block %d x vocab %d: peak %.1f MiB",
+        " and draw" if draws else "", bs, block_size, vocab, peak / (1 << 20),
     )  # fmt: skip
     return result
