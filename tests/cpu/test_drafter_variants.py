@@ -158,7 +158,7 @@ def selector_case(batch: int, slots: int, top_k: int, vocab: int, seed: int):
 
 
 def test_our_sampled_walk_is_sglangs():
-    """DFlash2 at temperature > 0 (DFLASH_SGLANG_SAMPLED_DRAFTS=1): the drafts and q of our walk
+    """DFlash2 at temperature > 0 (sampled drafts, the default): the drafts and q of our walk
     equal SGLang's module's (its lattice, then its `sample_path`) with the same weights and
     uniforms, greedy rows included."""
     from dflash_sglang.drafter.sampled_walk import sampled_walk

@@ -1,5 +1,5 @@
-"""Drafts sampled from the drafter's law (DFLASH_SGLANG_SAMPLED_DRAFTS=1) on a real server: the
-sampled law with the judge every path uses, greedy requests beside sampled ones equal to the
+"""Drafts sampled from the drafter's law (the default at T > 0; the servers set it) on a real
+server: the sampled law with the judge every path uses, greedy requests beside sampled ones equal to the
 engine-free reference, and the startup line; the same drafts verified as a block
 (`--speculative-use-block-verification`), its law; and DFlash2's sampled walk (SGLang's sample_path) on
 a DFlash2 drafter, its law and startup line. The exactness of the verify with a proposal q and the

@@ -1,4 +1,5 @@
-"""DFlash2's sampled walk at temperature > 0 (DFLASH_SGLANG_SAMPLED_DRAFTS=1): SGLang's own.
+"""DFlash2's sampled walk at temperature > 0 (the default; DFLASH_SGLANG_SAMPLED_DRAFTS=0 walks
+greedily): SGLang's own.
 
 The selector's lattice (drafter/selector.py) scores each position's K candidates given the one
 chosen before. At temperature > 0 SGLang 0.5.23 walks it by sampling: the first candidate from

@@ -103,7 +103,7 @@ class Drafting:
     def chain_drafts(self, block_hidden: torch.Tensor, verified: torch.Tensor, batch):
         """The drafts [bs, B-1] of the drafter's block features [bs, B, H], and their law q where
         they were sampled (else None): the mask positions' argmax over the target's LM head, or
-        at temperature > 0 with DFLASH_SGLANG_SAMPLED_DRAFTS=1 a draw from the request's law over
+        at temperature > 0 (unless DFLASH_SGLANG_SAMPLED_DRAFTS=0) a draw from the request's law over
         it (sampling/sampled_drafts.py); a DFlash2 selector's walk over each position's top-k
         candidates (sampled there too, drafter/sampled_walk.py), or Domino's corrected rollout
         (drafter/selector.py, drafter/domino.py)."""
