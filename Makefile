@@ -39,9 +39,12 @@ serve:
 
 # The model cards' chat completion against `make serve` (127.0.0.1:30000), then the same request
 # on a no-spec server of the same target that the demo starts and stops (docs/benchmarks.md).
+# PROMPT="..." asks your own question instead of the cards'.
 DEMO_MAX_TOKENS ?= 512
+PROMPT ?=
 demo:
-	$(PY) -m dflash_sglang.demo --url http://127.0.0.1:30000 --max-tokens $(DEMO_MAX_TOKENS)
+	$(PY) -m dflash_sglang.demo --url http://127.0.0.1:30000 --max-tokens $(DEMO_MAX_TOKENS) \
+		$(if $(PROMPT),--prompt "$(PROMPT)")
 
 # The tiny pair on CPU, one server at a time: no-spec, our worker with and without
 # SGLANG_ENABLE_SPEC_V2=1, SGLang's built-in; tables and plots in docs/bench/ and docs/benchmarks.md.

@@ -3,9 +3,11 @@ request without speculation, side by side.
 
     make serve &      # DFLASH on 127.0.0.1:30000 (launch/tiny-cpu.sh)
     make demo         # python -m dflash_sglang.demo --max-tokens 512
+    make demo PROMPT="Write a function that merges two sorted lists."
 
-The request is the cards' OpenAI client call ("Write a quicksort in Python.", temperature 0.0);
-only max_tokens is a flag, since the cards' 4096 does not fit the tiny pair's 4096-token context.
+The request is the cards' OpenAI client call ("Write a quicksort in Python.", temperature 0.0), or
+your own question (`--prompt`); max_tokens is a flag, since the cards' 4096 does not fit the tiny
+pair's 4096-token context.
 Each server answers it `--repeats` times (5) after a warm-up: the tokens/s shown is the median,
 the acceptance length is pooled over the repeats, and every repeat must give the same text, so
 one slow moment on a shared machine does not decide the ratio.
@@ -28,7 +30,7 @@ from .bench.server_info import ServerUnreachable, describe, get_json
 from .bench.stats import from_histogram, sum_histograms
 from .testing.server import SGLangServer
 
-MESSAGES = [{"role": "user", "content": "Write a quicksort in Python."}]  # the model cards' request
+CARDS_PROMPT = "Write a quicksort in Python."  # the model cards' request
 NO_SPEC_PORTS = range(30001, 30100)
 _OWN_FLAGS = {"--model-path", "--host", "--port"}  # SGLangServer sets these itself
 
@@ -48,12 +50,13 @@ def plain_args(launch_command: str) -> list[str]:
     return kept
 
 
-def ask(url: str, model: str, max_tokens: int, repeats: int = 1) -> dict:
-    """The cards' request `repeats` times: the median run's speed, the acceptance pooled."""
+def ask(url: str, model: str, max_tokens: int, repeats: int = 1, prompt: str = CARDS_PROMPT) -> dict:
+    """The request `repeats` times: the median run's speed, the acceptance pooled."""
     client = OpenAI(base_url=f"{url}/v1", api_key="EMPTY")
+    messages = [{"role": "user", "content": prompt}]
     # Warm-up, not timed: a fresh server's first request pays one-off costs.
-    client.chat.completions.create(model=model, messages=MESSAGES, max_tokens=8, temperature=0.0)
-    runs = [one_request(client, model, max_tokens) for _ in range(max(repeats, 1))]
+    client.chat.completions.create(model=model, messages=messages, max_tokens=8, temperature=0.0)
+    runs = [one_request(client, model, max_tokens, messages) for _ in range(max(repeats, 1))]
     speeds = sorted(run["tokens_per_s"] for run in runs)
     median = next(run for run in runs if run["tokens_per_s"] == speeds[len(speeds) // 2])
     return {
@@ -64,11 +67,11 @@ def ask(url: str, model: str, max_tokens: int, repeats: int = 1) -> dict:
     }
 
 
-def one_request(client, model: str, max_tokens: int) -> dict:
+def one_request(client, model: str, max_tokens: int, messages: list[dict]) -> dict:
     start = time.perf_counter()
     response = client.chat.completions.create(
         model=model,
-        messages=MESSAGES,
+        messages=messages,
         max_tokens=max_tokens,
         temperature=0.0,
         extra_body={"return_spec_tokens_details": True},  # SGLang's acceptance counters (sglext)
@@ -121,6 +124,7 @@ def main(argv=None) -> int:
     p.add_argument("--no-baseline", action="store_true", help="only the DFLASH server")
     p.add_argument("--max-tokens", type=int, default=4096, help="the cards use 4096")
     p.add_argument("--repeats", type=int, default=5, help="timed requests per server (the median is shown)")
+    p.add_argument("--prompt", default=CARDS_PROMPT, help="the user message (the cards' by default)")
     args = p.parse_args(argv)
     try:
         server = describe(args.url, "dflash")
@@ -129,16 +133,16 @@ def main(argv=None) -> int:
         return 2
     if not server.algorithm:
         print(f"note: {args.url} runs without speculation (speculative_algorithm is unset)")
-    spec = ask(server.url, server.model, args.max_tokens, args.repeats)
+    spec = ask(server.url, server.model, args.max_tokens, args.repeats, args.prompt)
     show(f"{server.model} at {server.url}, {server.algorithm} block {server.block_size}", spec)
     if args.no_baseline:
         return 0
     if args.baseline_url:
-        plain = ask(args.baseline_url.rstrip("/"), server.model, args.max_tokens, args.repeats)
+        plain = ask(args.baseline_url.rstrip("/"), server.model, args.max_tokens, args.repeats, args.prompt)
     else:
         print(f"\nstarting a no-spec server of {server.model} for the comparison ...", flush=True)
         with no_spec_server(server.url) as baseline:
-            plain = ask(baseline.base_url, server.model, args.max_tokens, args.repeats)
+            plain = ask(baseline.base_url, server.model, args.max_tokens, args.repeats, args.prompt)
     show("same request without speculation", plain, print_text=plain["text"] != spec["text"])
     same = "the same text" if plain["text"] == spec["text"] else "DIFFERENT text"
     ratio = spec["tokens_per_s"] / plain["tokens_per_s"]

@@ -259,3 +259,20 @@ def test_the_sampled_law_with_real_filters(env, path):
     env = {**env, SAMPLED_DRAFTS_ENV: "0"}
     with SGLangServer(pair.target, dflash_args(pair, drafter.block_size), env=env) as server:
         assert_every_setting_follows_the_law(path, server, target, [prompt], n=COMPLETIONS, drafter=drafter)
+
+
+def test_make_demo_asks_your_own_question(dflash, nospec, capsys, monkeypatch):
+    """`make demo PROMPT=...` (demo.py --prompt): the question asked of both servers, the DFLASH
+    server's answer printed, the same text as no-spec's."""
+    from dflash_sglang import demo
+
+    for proxy in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
+        monkeypatch.delenv(proxy, raising=False)  # loopback only
+    prompt = "Write a function that merges two sorted lists."
+    args = ["--url", dflash.base_url, "--baseline-url", nospec.base_url, "--prompt", prompt]
+    assert demo.main([*args, "--max-tokens", "32", "--repeats", "1"]) == 0
+    printed = capsys.readouterr().out
+    assert "the same text" in printed
+    answer = chat(dflash, prompt, max_tokens=32)["choices"][0]["message"]["content"]
+    cards = chat(dflash, demo.CARDS_PROMPT, max_tokens=32)["choices"][0]["message"]["content"]
+    assert answer and answer in printed and answer != cards
