@@ -12,9 +12,11 @@ and 16 (the pair's drafter is trained at 8: acceptance per block size). Writes
 no speculation, our overlap worker (adaptive and whole blocks) and SGLang's built-in, into
 `tiny-cpu-tp2.*` and the `make bench tp2` markers. Then trees (`--speculative-eagle-topk`)
 against the chain and no speculation, fixed and with the adaptive width choosing tree budgets,
-into `tiny-cpu-tree.*` and the `make bench tree` markers; and trees on a random hybrid
-(Qwen3.5-style) pair into `tiny-cpu-hybrid-tree.*` and the `make bench hybrid tree` markers. A
-server that fails to start is reported as such; the others run.
+into `tiny-cpu-tree.*` and the `make bench tree` markers; trees on a random hybrid
+(Qwen3.5-style) pair into `tiny-cpu-hybrid-tree.*` and the `make bench hybrid tree` markers; and
+at temperature 0.6 and 1.0 point drafts, sampled drafts and sampled drafts verified as a block
+against no speculation and the built-in, into `tiny-cpu-t0.6.*` / `tiny-cpu-t1.0.*`. A server
+that fails to start is reported as such; the others run.
 """
 
 from __future__ import annotations
@@ -139,12 +141,31 @@ def hybrid(variant: Variant) -> Variant:
 
 HYBRID_TREE_VARIANTS = [hybrid(v) for v in TREE_VARIANTS if "n64" not in v.label or "adaptive" in v.label]
 
+# Drafts at temperature > 0 (docs/sampled-drafts.md): point drafts, sampled drafts (the default)
+# and sampled drafts verified as a block, against no speculation and the built-in; overlap worker.
+POINT = {"DFLASH_SGLANG_SAMPLED_DRAFTS": "0"}
+SAMPLED_VARIANTS = [
+    Variant("no-spec", False, notes="plain decoding (the baseline)"),
+    Variant("point drafts", True, {**OVERLAP, **POINT},
+            "our worker, SGLANG_ENABLE_SPEC_V2=1, DFLASH_SGLANG_SAMPLED_DRAFTS=0"),
+    Variant("sampled drafts", True, OVERLAP,
+            "our worker, SGLANG_ENABLE_SPEC_V2=1 (sampled drafts, the default)"),
+    Variant("sampled drafts, block verification", True, OVERLAP,
+            "our worker, SGLANG_ENABLE_SPEC_V2=1, --speculative-use-block-verification",
+            args=("--speculative-use-block-verification",)),
+    Variant("sglang built-in", True, {**OVERLAP, "DFLASH_SGLANG_WORKER": "builtin"},
+            "DFLASH_SGLANG_WORKER=builtin, SGLANG_ENABLE_SPEC_V2=1 (point drafts)"),
+]  # fmt: skip
+
 # Output name -> its variants (the first is the baseline) and its markers in docs/benchmarks.md.
 RUNS = {"tiny-cpu": VARIANTS, "tiny-cpu-tp2": TP2_VARIANTS, "tiny-cpu-tree": TREE_VARIANTS,
-        "tiny-cpu-hybrid-tree": HYBRID_TREE_VARIANTS}  # fmt: skip
+        "tiny-cpu-hybrid-tree": HYBRID_TREE_VARIANTS,
+        "tiny-cpu-t0.6": SAMPLED_VARIANTS, "tiny-cpu-t1.0": SAMPLED_VARIANTS}  # fmt: skip
+TEMPERATURE = {"tiny-cpu-t0.6": 0.6, "tiny-cpu-t1.0": 1.0}  # the other runs are greedy
 MARKERS = {
     "tiny-cpu": "make bench", "tiny-cpu-tp2": "make bench tp2", "tiny-cpu-tree": "make bench tree",
     "tiny-cpu-hybrid-tree": "make bench hybrid tree",
+    "tiny-cpu-t0.6": "make bench t0.6", "tiny-cpu-t1.0": "make bench t1.0",
     "adaptive-cpu": "make bench adaptive", "adaptive-cpu-simulated": "make bench adaptive simulated",
 }  # fmt: skip
 
@@ -242,7 +263,6 @@ def main(argv=None) -> int:
 
     pair, pair_line = resolve_pair(args.pair)
     prompts = take(load_prompts("tiny", pair_dir=pair), args.num_prompts)
-    sampling = Sampling(args.max_tokens)
     only = set(args.only.split(",")) if args.only else None
     dataset = f"tiny: {describe_tiny(pair)}; {pair_line}"
     runs = args.runs.split(",") if args.runs else list(RUNS)
@@ -255,6 +275,7 @@ def main(argv=None) -> int:
                 run_pair = hybrid_pair()
                 run_prompts = take(load_prompts("tiny", pair_dir=run_pair), args.num_prompts)
                 run_dataset = f"tiny: random Qwen3.5-style hybrid pair {run_pair} (hot tokens 3, block 8)"
+            sampling = Sampling(args.max_tokens, TEMPERATURE.get(name, 0.0))
             run = new_run(run_dataset, len(run_prompts), sampling, args.concurrency, RUNS[name][0].label)
             run.repeats = args.repeats
             run.servers = serve_repeated(
