@@ -14,6 +14,7 @@
 SGLang's versions are torch.compiled; they run eager here (force_eager), the math unchanged, so
 no C++ compiler is needed."""
 
+import functools
 from types import SimpleNamespace
 
 import pytest
@@ -24,9 +25,10 @@ from sglang.srt.speculative.domino_utils import domino_greedy_rollout
 from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm
 
 from dflash_sglang.drafter.conv import GroupedBlockConv
-from dflash_sglang.drafter.domino import domino_drafts, proposal_features
+from dflash_sglang.drafter.domino import domino_block_drafts
 from dflash_sglang.drafter.laguna import gated, normed_features
 from dflash_sglang.drafter.selector import CandidateSelector
+from dflash_sglang.sampling.distribution import vocab_parallel_logits
 
 
 def randomize(module: torch.nn.Module, generator: torch.Generator) -> None:
@@ -109,9 +111,11 @@ def test_our_domino_rollout_is_sglangs(pool, shift_label):
         prefix_gru=gru, embed_proj=proj, vocab_size=384, shift_label=shift_label, candidate_pool_size=pool,
         in_cuda_graph=False,
     )  # fmt: skip
-    z = proposal_features(hidden, shift_label)
+    # Ours as the worker calls it: the proposal features and their logits through the product's
+    # code (vocab_parallel_logits over an LM head holding the same weight, one rank).
+    logits_of = functools.partial(vocab_parallel_logits, lm_head=SimpleNamespace(weight=head))
     with torch.no_grad():
-        ours = domino_drafts(gru, proj, z, z @ head.T, verified, embedding, pool)
+        ours = domino_block_drafts(hidden, shift_label, logits_of, gru, proj, verified, embedding, pool)
     assert torch.equal(ours, theirs)
 
 

@@ -38,6 +38,16 @@ def proposal_features(block_hidden: torch.Tensor, shift_label: bool) -> torch.Te
     return block_hidden[:, start : start + block_hidden.shape[1] - 1]
 
 
+def domino_block_drafts(block_hidden: torch.Tensor, shift_label: bool, logits_of, gru: nn.GRU,
+                        embed_proj: nn.Sequential, verified: torch.Tensor, embed,
+                        pool: int = DEFAULT_POOL) -> torch.Tensor:  # fmt: skip
+    """The drafts [b, B-1] of a block's drafter features [b, B, H]: the proposal features, their
+    base logits through `logits_of` ([N, H] -> [N, V], the target's LM head), the rollout."""
+    z = proposal_features(block_hidden, shift_label)
+    base = logits_of(z.flatten(0, 1)).view(*z.shape[:2], -1)
+    return domino_drafts(gru, embed_proj, z, base, verified, embed, pool)
+
+
 @torch.no_grad()
 def domino_drafts(gru: nn.GRU, embed_proj: nn.Sequential, z: torch.Tensor, base: torch.Tensor,
                   verified: torch.Tensor, embed, pool: int = DEFAULT_POOL) -> torch.Tensor:  # fmt: skip

@@ -23,7 +23,7 @@ from transformers.cache_utils import DynamicCache, DynamicLayer
 from ..sampling.accept import greedy_accept, rejection_accept, sampling_probs
 from ..tree.build import Tree, accept_sampled, build_tree, walk_greedy
 from .context import DraftContextCache, target_features
-from .domino import domino_drafts, proposal_features
+from .domino import domino_block_drafts
 from .selector import select_drafts
 
 
@@ -49,10 +49,10 @@ def propose(target, draft, block_ids, block_positions, features, feature_positio
     if getattr(draft, "candidate_selector", None) is not None:
         return logits, select_drafts(draft.candidate_selector, draft.config, logits, hidden, block_ids[:, 0])
     if getattr(draft, "prefix_gru", None) is not None:
-        z = proposal_features(block_hidden, draft.config.domino_shift_label)
-        return logits, domino_drafts(
-            draft.prefix_gru, draft.embed_proj, z, lm_head(z), block_ids[:, 0], embed
-        )
+        shift = draft.config.domino_shift_label
+        drafts = domino_block_drafts(block_hidden, shift, lm_head, draft.prefix_gru, draft.embed_proj,
+                                     block_ids[:, 0], embed)  # fmt: skip
+        return logits, drafts
     return logits, None
 
 

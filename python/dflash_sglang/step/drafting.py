@@ -16,7 +16,7 @@ from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, Forw
 from sglang.srt.runtime_context import get_parallel, get_spec
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
-from ..drafter.domino import domino_drafts, proposal_features
+from ..drafter.domino import domino_block_drafts
 from ..drafter.sampled_walk import sampled_walk
 from ..drafter.selector import walk_candidates
 from ..runtime.block import Block, block_kv_plan
@@ -110,16 +110,15 @@ class Drafting:
         lm_head = self.target_model.lm_head  # vocab-parallel over its own group (attention TP under DP)
         group = getattr(lm_head, "tp_group", get_parallel().tp_group)
         hidden, drafter = block_hidden[:, 1:], self.draft_model
+        logits_of = functools.partial(vocab_parallel_logits, lm_head=lm_head, tp_group=group)
         if drafter.prefix_gru is not None:
-            z = proposal_features(block_hidden, drafter.config.domino_shift_label)
-            base = vocab_parallel_logits(z.flatten(0, 1), lm_head, group).view(*z.shape[:2], -1)
-            gru, proj = drafter.prefix_gru, drafter.embed_proj
-            return domino_drafts(gru, proj, z, base, verified, self.target_embedding, self.domino_pool), None
+            shift, gru, proj = drafter.config.domino_shift_label, drafter.prefix_gru, drafter.embed_proj
+            embed, pool = self.target_embedding, self.domino_pool
+            return domino_block_drafts(block_hidden, shift, logits_of, gru, proj, verified, embed, pool), None
         selector = drafter.candidate_selector
         info = batch.sampling_info
         sample = self.sampled_drafts and info is not None and not info.is_all_greedy
         if selector is None and sample:
-            logits_of = functools.partial(vocab_parallel_logits, lm_head=lm_head, tp_group=group)
             return draw_drafts(hidden, logits_of, info, self.model_runner.model_config.vocab_size, batch.reqs)
         if selector is None:
             return vocab_parallel_argmax(hidden.flatten(0, 1), lm_head, group).view(hidden.shape[:2]), None
