@@ -92,6 +92,20 @@ def test_the_verify_of_sampled_drafts_keeps_the_target_law(params):
     assert min(exactness_p_values(params)) > ALPHA
 
 
+def test_a_width_one_step_with_a_proposal_draws_from_p():
+    """The draft window drafts at every width: a width-1 verify gets a proposal narrowed to no
+    draft (it crashed a server reading q at position -1); its one token follows p."""
+    draft_logits, target_logits = case()
+    info = sampling_info({"temperature": 1.0}, N)
+    features = draft_logits.expand(N, S, V).clone()
+    _, proposal = draw_drafts(features, identity, info, V, generator=torch.Generator().manual_seed(2))
+    logits = target_logits[:1].repeat(N, 1)  # [N * 1, V]: the bonus row only
+    none = torch.zeros((N, 0), dtype=torch.int64)
+    accepted = sampled_accept(none, logits, info, 1, proposal=proposal.narrow(0), block_verification=True)
+    assert (accepted.lengths == 1).all()
+    assert assert_law(accepted.tokens[:, 0], law(target_logits[0], 1.0)) > ALPHA
+
+
 def q_at_the_wrong_position(monkeypatch):
     rows = sampled_drafts.DraftProposal.rows
     monkeypatch.setattr(

@@ -39,6 +39,8 @@ def sampled_accept(
     read them after); sampling_info: SGLang's SamplingBatchInfo (greedy rows carry top_k = 1);
     reqs: the batch's requests, whose host-side parameters bound the top-k window.
     """
+    if proposal is not None and proposal.q_draft.shape[1] == 0:
+        proposal = None  # no draft to judge (a width-1 step that drafted): the token comes from p
     law = row_laws(logits, sampling_info, block_size, plan_for(sampling_info, logits.shape[-1], reqs))
     p_draft = draft_probs(law, logits, drafts)
     bs, n_draft = drafts.shape
