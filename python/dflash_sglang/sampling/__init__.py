@@ -4,8 +4,11 @@
     distribution.py    a request's target distribution (temperature, top-k/p, min-p); the
                        TP-safe draft argmax (engine-free)
     target_law.py      per-row cut and normaliser of the filtered law (engine-free)
-    sampled_verify.py  temperature > 0: exact rejection for point drafts without [bs, B, V] tensors
-    prewarm.py         the startup rehearsal of the sampled verify's memory
+    sampled_drafts.py  drafts sampled from the request's law over the drafter's logits, and their q
+    sampled_verify.py  temperature > 0: exact rejection for point or sampled drafts without
+                       [bs, B, V] tensors
+    block_verify.py    block verification of sampled drafts (SGLang's flag; engine-free)
+    prewarm.py         the startup rehearsal of the sampled verify's and the draw's memory
     verify_logits.py   a request's settings on the verify logits, in the no-spec order
     penalties.py       frequency / presence / repetition / min_new_tokens, exact per position
 
