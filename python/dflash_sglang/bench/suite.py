@@ -154,18 +154,28 @@ SAMPLED_VARIANTS = [
             "our worker, SGLANG_ENABLE_SPEC_V2=1, --speculative-use-block-verification",
             args=("--speculative-use-block-verification",)),
     Variant("sglang built-in", True, {**OVERLAP, "DFLASH_SGLANG_WORKER": "builtin"},
-            "DFLASH_SGLANG_WORKER=builtin, SGLANG_ENABLE_SPEC_V2=1 (point drafts)"),
+            "DFLASH_SGLANG_WORKER=builtin, SGLANG_ENABLE_SPEC_V2=1; on CPU it logs that non-greedy "
+            "verification is unavailable and verifies greedily: not the target's law, not comparable"),
+]  # fmt: skip
+# The same drafts with whole blocks (the adaptive width off): tokens a step without the policy's
+# choice of width in between.
+WHOLE_BLOCK_SAMPLED_VARIANTS = [SAMPLED_VARIANTS[0]] + [
+    Variant(f"{v.label}, whole blocks", True, {**v.env, **FIXED},
+            f"{v.notes}, DFLASH_SGLANG_ADAPTIVE_WIDTH=0", args=v.args)
+    for v in SAMPLED_VARIANTS[1:4]
 ]  # fmt: skip
 
 # Output name -> its variants (the first is the baseline) and its markers in docs/benchmarks.md.
 RUNS = {"tiny-cpu": VARIANTS, "tiny-cpu-tp2": TP2_VARIANTS, "tiny-cpu-tree": TREE_VARIANTS,
         "tiny-cpu-hybrid-tree": HYBRID_TREE_VARIANTS,
-        "tiny-cpu-t0.6": SAMPLED_VARIANTS, "tiny-cpu-t1.0": SAMPLED_VARIANTS}  # fmt: skip
-TEMPERATURE = {"tiny-cpu-t0.6": 0.6, "tiny-cpu-t1.0": 1.0}  # the other runs are greedy
+        "tiny-cpu-t0.6": SAMPLED_VARIANTS, "tiny-cpu-t1.0": SAMPLED_VARIANTS,
+        "tiny-cpu-t1.0-whole": WHOLE_BLOCK_SAMPLED_VARIANTS}  # fmt: skip
+TEMPERATURE = {"tiny-cpu-t0.6": 0.6, "tiny-cpu-t1.0": 1.0, "tiny-cpu-t1.0-whole": 1.0}  # others: greedy
 MARKERS = {
     "tiny-cpu": "make bench", "tiny-cpu-tp2": "make bench tp2", "tiny-cpu-tree": "make bench tree",
     "tiny-cpu-hybrid-tree": "make bench hybrid tree",
     "tiny-cpu-t0.6": "make bench t0.6", "tiny-cpu-t1.0": "make bench t1.0",
+    "tiny-cpu-t1.0-whole": "make bench t1.0 whole blocks",
     "adaptive-cpu": "make bench adaptive", "adaptive-cpu-simulated": "make bench adaptive simulated",
 }  # fmt: skip
 
