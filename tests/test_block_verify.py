@@ -23,11 +23,9 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from dflash_sglang.sampling import block_verify, sampled_drafts, sampled_verify
+from dflash_sglang.sampling import block_verify, sampled_verify
 from dflash_sglang.sampling.block_verify import block_rejection_accept
-from dflash_sglang.sampling.sampled_verify import sampled_accept
-from tests.planted.simulate import sampling_info
-from tests.test_sampled_drafts import case, identity, law, q_at_the_wrong_position
+from tests.test_sampled_drafts import case, q_at_the_wrong_position, sampled_step
 
 V, S, N = 6, 2, 60_000  # vocabulary, drafts a block, requests a check
 ALPHA = 1e-4
@@ -48,17 +46,7 @@ def test_equals_sglangs_block_verification_kernel():
 
 def block_step(params: dict, seed: int = 0, block: bool = True):
     """One sampled verify of N identical requests through the production path."""
-    draft_logits, target_logits = case(seed)
-    info = sampling_info(params, N)
-    generator = torch.Generator().manual_seed(seed + 7)
-    features = draft_logits.expand(N, S, V).clone()
-    drafts, proposal = sampled_drafts.draw_drafts(features, identity, info, V, generator=generator)
-    logits = target_logits.repeat(N, 1)  # [N * (S + 1), V]
-    accepted = sampled_accept(
-        drafts, logits, info, S + 1, generator=generator, proposal=proposal, block_verification=block
-    )
-    temperature, top_k = params["temperature"], params.get("top_k", V)
-    return accepted, torch.stack([law(row, temperature, top_k) for row in target_logits])
+    return sampled_step(params, seed, requests=N, block_verification=block)
 
 
 def joint_p_value(accepted, target: torch.Tensor, seed: int = 0) -> float:

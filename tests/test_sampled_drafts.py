@@ -66,17 +66,32 @@ def test_the_draw_follows_the_request_law_and_greedy_rows_keep_the_argmax():
         assert torch.allclose(proposal.rows(torch.full((N,), position), V)[-1], q, atol=1e-6)
 
 
+def sampled_step(params: dict, seed: int = 0, requests: int = N, block_verification: bool = False):
+    """One sampled verify of `requests` identical requests through the production path (drafts
+    drawn from q, then sampled_accept); returns (the Acceptance, the target's laws [S + 1, V])."""
+    draft_logits, target_logits = case(seed)
+    info = sampling_info(params, requests)
+    generator = torch.Generator().manual_seed(seed + 7)
+    features = draft_logits.expand(requests, S, V).clone()
+    drafts, proposal = sampled_drafts.draw_drafts(features, identity, info, V, generator=generator)
+    logits = target_logits.repeat(requests, 1)  # [requests * (S + 1), V]
+    accepted = sampled_accept(
+        drafts,
+        logits,
+        info,
+        S + 1,
+        generator=generator,
+        proposal=proposal,
+        block_verification=block_verification,
+    )
+    temperature, top_k = params["temperature"], params.get("top_k", V)
+    return accepted, torch.stack([law(row, temperature, top_k) for row in target_logits])
+
+
 def verify(params: dict, seed: int = 0):
     """One sampled verify of N identical requests; returns (tokens, lengths, the target's laws)."""
-    draft_logits, target_logits = case(seed)
-    info = sampling_info(params, N)
-    generator = torch.Generator().manual_seed(seed + 7)
-    features = draft_logits.expand(N, S, V).clone()
-    drafts, proposal = sampled_drafts.draw_drafts(features, identity, info, V, generator=generator)
-    logits = target_logits.repeat(N, 1)  # [N * (S + 1), V]
-    accepted = sampled_accept(drafts, logits, info, S + 1, generator=generator, proposal=proposal)
-    temperature, top_k = params["temperature"], params.get("top_k", V)
-    return accepted.tokens, accepted.lengths, [law(row, temperature, top_k) for row in target_logits]
+    accepted, target = sampled_step(params, seed)
+    return accepted.tokens, accepted.lengths, target
 
 
 def exactness_p_values(params: dict) -> list[float]:
