@@ -105,7 +105,7 @@ def test_sampling_matches_the_target_distribution():
     """Temperature 1: the joint law of the first three new tokens equals the target's own.
 
     A 5-token vocabulary keeps every outcome's probability computable exactly (125 outcomes, from
-    one target forward over all of them). 3000 DFlash samples with block size 3 exercise
+    one target forward over all of them). 1500 DFlash samples with block size 3 exercise
     acceptance, rejection and the bonus token; a chi-square test at p=0.001 must pass, and the
     same samples must fail against the distribution at another temperature (the test has power).
     """
@@ -113,7 +113,7 @@ def test_sampling_matches_the_target_distribution():
     prompt = torch.tensor([[0, 3, 1, 2]])
     g = torch.Generator().manual_seed(0)
     samples, accepts = [], []
-    for _ in range(3000):
+    for _ in range(1500):
         out = dflash_generate(target, draft, prompt, 3, temperature=1.0, generator=g)
         samples.append(tuple(out.tokens))
         accepts += out.accept_lengths
@@ -138,4 +138,4 @@ def test_sampling_matches_the_target_distribution():
         return stats.chisquare(observed.numpy(), expected.numpy()).pvalue
 
     assert chi_square_p_value(law(1.0)) > 1e-3
-    assert chi_square_p_value(law(0.8)) < 1e-6
+    assert chi_square_p_value(law(0.8)) < 1e-6, chi_square_p_value(law(0.8))

@@ -22,6 +22,7 @@ class Bug:
 
 SAMPLED_VERIFY = "sampling/sampled_verify.py"
 TARGET_LAW = "sampling/target_law.py"
+SAMPLED_DRAFTS = "sampling/sampled_drafts.py"
 
 BUGS = {
     "no_residual": Bug(
@@ -51,7 +52,7 @@ BUGS = {
         "temperature = per_row(sampling_info.temperatures.float()) * torch.where("
         "torch.arange(rows, device=logits.device) % block_size < block_size - 1, 1.1, 1.0)",
         "the temperature 10% too high at every row that verifies a draft (the bonus row right)",
-        "chain, tree",
+        "chain, sampled chain, tree",
     ),
     "accept_p_power_0_91": Bug(
         SAMPLED_VERIFY,
@@ -73,21 +74,21 @@ BUGS = {
         "cut[part] = row_cut(logits[part].float(), top_k[part], top_p[part], min_p[part], plan)"
         " / temperature[part]",
         "top_p (and min_p) measured on the probabilities before the temperature",
-        "chain, tree",
+        "chain, sampled chain, tree",
     ),
     "min_p_wrong_maximum": Bug(
         TARGET_LAW,
         "floor = ordered[:, 0] + torch.log(min_p)",
         "floor = ordered[:1, 0] + torch.log(min_p)",
         "min_p measured against the first row's maximum (another position's or request's)",
-        "chain, tree",
+        "chain, sampled chain, tree",
     ),
     "stale_frequency_penalty": Bug(
         "sampling/penalties.py",
         "j, k = torch.triu_indices(size, size, device=device)",
         "j, k = torch.triu_indices(size, size, offset=1, device=device)",
         "a draft's own penalty reaches the positions after it one token late (stale inside a block)",
-        "chain",
+        "chain, sampled chain",
     ),
     "tree_node_wrong_row": Bug(
         "tree/verify.py",
@@ -102,5 +103,33 @@ BUGS = {
         "last = (accepted.to(torch.int64) - 2).clamp_min(0)",
         "a hybrid target commits the recurrent state of the node before the last accepted one",
         "hybrid",
+    ),
+    "sampled_residual_from_p": Bug(
+        SAMPLED_VERIFY,
+        "return final_law(weight, p_at, q_at, accepted >= n_draft)",
+        "return final_law(weight, p_at, q_at * 0, accepted >= n_draft)",
+        "sampled drafts: the draw after a rejection from p, not from normalise(max(p - q, 0))",
+        "sampled chain",
+    ),
+    "sampled_accept_sqrt": Bug(
+        SAMPLED_VERIFY,
+        "accepted_prefix_length(uniform * proposal.q_draft < p_draft)",
+        "accepted_prefix_length(uniform * proposal.q_draft.sqrt() < p_draft.sqrt())",
+        "sampled drafts kept with probability min(1, sqrt(p / q))",
+        "sampled chain",
+    ),
+    "sampled_q_wrong_position": Bug(
+        SAMPLED_VERIFY,
+        "q_at = proposal.rows(accepted.clamp_max(n_draft - 1), p_at.shape[-1])",
+        "q_at = proposal.rows((accepted + 1) % n_draft, p_at.shape[-1])",
+        "sampled drafts: the residual after a rejection takes q from the next position",
+        "sampled chain",
+    ),
+    "sampled_q_unnormalised": Bug(
+        SAMPLED_DRAFTS,
+        "del scaled\n        log_norm[part] = torch.logsumexp(kept, dim=-1)",
+        "log_norm[part] = torch.logsumexp(scaled, dim=-1)\n        del scaled",
+        "sampled drafts: q normalised over the whole vocabulary, not over its filter's kept set",
+        "sampled chain",
     ),
 }

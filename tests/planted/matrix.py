@@ -1,6 +1,6 @@
 """Every planted bug against the law tests of the paths it reaches, on real servers: a table.
 
-    python -m tests.planted.matrix [--bugs a,b] [--paths chain-overlap,tp2]
+    python -m tests.planted.matrix [--bugs a,b] [--paths chain-sampled,tp2]
 
 For each (bug, path the bug reaches) it runs that path's law test with the bug planted (plant.py)
 and prints whether it failed on the law (with the worst p-values), failed otherwise (a crash or
@@ -22,14 +22,15 @@ from .plant import run_planted
 
 CHAIN = "tests/server/test_worker.py::test_the_sampled_law_with_real_filters"
 LAW_TESTS = {
-    "chain-overlap": f"{CHAIN}[env0-chain, overlap worker]",
-    "chain-plain": f"{CHAIN}[env1-chain, plain worker]",
+    "chain-sampled": f"{CHAIN}[sampled-overlap]",
+    "chain-point": f"{CHAIN}[point-plain]",
     "tp2": "tests/server/test_tp.py::test_the_sampled_law_at_tp2_on_the_trained_pair",
     "tree": "tests/server/test_tree.py::test_the_sampled_law_of_a_tree_on_the_trained_pair",
     "hybrid": "tests/server/test_hybrid_worker.py::test_the_sampled_law_with_power_through_state_commits",
 }
 REACHES = {
-    "chain": ("chain-overlap", "chain-plain", "tp2", "hybrid"),
+    "chain": ("chain-point", "tp2", "hybrid"),
+    "sampled chain": ("chain-sampled",),
     "tree": ("tree",),
     "hybrid": ("hybrid",),
 }

@@ -15,10 +15,14 @@ import types
 
 import torch
 
+from dflash_sglang.drafter.context import target_features
 from dflash_sglang.sampling.penalties import PenaltyParams, apply_block_penalties
+from dflash_sglang.sampling.sampled_drafts import draw_drafts
 from dflash_sglang.sampling.sampled_verify import sampled_accept
 
+from ..server.law_drafts import draft_logits_at
 from ..server.law_matrix import law
+from ..server.law_sampled import SampledDrafter
 
 NO_TOP_K = 1 << 30  # SGLang's TOP_K_ALL
 
@@ -56,7 +60,7 @@ def simulate_chain(
     generator,
 ) -> list[list[int]]:
     """n completions of `max_new` tokens of one prompt under `params` (ignore_eos); `drafter`: a
-    law_drafts.ChainDrafter or ConstantDrafter."""
+    law_drafts.ChainDrafter or ConstantDrafter (point drafts), or a law_sampled.SampledDrafter."""
     block = drafter.block_size
     first_logits = target(torch.tensor([prompt])).logits[:, -1:].double().expand(n, 1, -1)
     first_law = law(first_logits, torch.zeros(n, 1, dtype=torch.long), params)[:, 0]
@@ -68,21 +72,33 @@ def simulate_chain(
         seqs = [prompt + done[i] for i in active]
         ids = padded(seqs)
         hidden = target(ids, output_hidden_states=True).hidden_states
-        drafts = torch.stack([
-            drafter.drafts(target, ids[r : r + 1], tuple(h[r : r + 1] for h in hidden), len(seq) - 1)
-            for r, seq in enumerate(seqs)
-        ])  # fmt: skip
+        info = sampling_info(params, len(seqs))
+        drafts, proposal = draw(drafter, target, ids, hidden, seqs, info, generator)
         full = [seq + drafts[r].tolist() for r, seq in enumerate(seqs)]
         logits = target(padded(full)).logits
         at = torch.tensor([len(seq) - 1 for seq in seqs])
         rows = logits[torch.arange(len(seqs)).unsqueeze(1), at.unsqueeze(1) + torch.arange(block)]
         verified = torch.cat([torch.tensor([[seq[-1]] for seq in seqs]), drafts], dim=1)
         penalise(rows, verified, [done[i] for i in active], params)
-        info = sampling_info(params, len(seqs))
-        result = sampled_accept(drafts, rows.reshape(len(seqs) * block, -1), info, block, generator=generator)
+        flat = rows.reshape(len(seqs) * block, -1)
+        result = sampled_accept(drafts, flat, info, block, generator=generator, proposal=proposal)
         for r, i in enumerate(active):
             emitted = result.tokens[r, : int(result.lengths[r])].tolist()
             done[i] = (done[i] + emitted)[:max_new]
+
+
+def draw(drafter, target, ids, hidden, seqs, info, generator):
+    """The drafts [n, B-1] after each sequence's last token, and the law they were drawn from
+    (None for point drafts): a law_sampled.SampledDrafter samples them as the server does
+    (sampling/sampled_drafts.py's draw_drafts, over the drafter's logits)."""
+    chain = drafter.chain if isinstance(drafter, SampledDrafter) else drafter
+    rows = [(ids[r : r + 1], tuple(h[r : r + 1] for h in hidden), len(seq) - 1) for r, seq in enumerate(seqs)]
+    if chain is drafter:
+        return torch.stack([drafter.drafts(target, *row) for row in rows]), None
+    features = [target_features(h, chain.model.config.target_layer_ids) for _, h, _ in rows]
+    pairs = zip(rows, features, strict=True)
+    logits = torch.stack([draft_logits_at(target, chain, ids, f, at) for (ids, _, at), f in pairs]).float()
+    return draw_drafts(logits, lambda x: x, info, logits.shape[-1], generator=generator)
 
 
 def penalise(rows: torch.Tensor, block: torch.Tensor, generated: list[list[int]], params: dict) -> None:

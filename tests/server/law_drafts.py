@@ -92,11 +92,22 @@ def read_one(target, drafter, prompt: list[int], completion: list[int]):
 
 def drafts_at(target, drafter: ChainDrafter, ids, features, at: int) -> torch.Tensor:
     """The B-1 argmax drafts after the verified token at sequence position `at`."""
+    logits, picked = propose_at(target, drafter, ids, features, at)
+    return (picked if picked is not None else logits.argmax(-1))[0]
+
+
+def draft_logits_at(target, drafter: ChainDrafter, ids, features, at: int, cache=None) -> torch.Tensor:
+    """[B-1, V]: the drafter's logits after the verified token at sequence position `at`; a
+    `cache` kept across calls at rising `at` holds the context already read (as dflash_generate's)."""
+    return propose_at(target, drafter, ids, features, at, cache)[0][0]
+
+
+def propose_at(target, drafter: ChainDrafter, ids, features, at: int, cache=None):
     model, block = drafter.model, drafter.block_size
     block_ids = torch.full((1, block), model.config.mask_token_id)
     block_ids[0, 0] = ids[0, at]
     positions = torch.arange(at, at + block).view(1, -1)
-    context = torch.arange(at).view(1, -1)
-    cache = DraftContextCache(model.config.num_hidden_layers)
-    logits, picked = propose(target, model, block_ids, positions, features[:, :at], context, cache)
-    return (picked if picked is not None else logits.argmax(-1))[0]
+    cache = cache if cache is not None else DraftContextCache(model.config.num_hidden_layers)
+    read = len(cache)  # context positions the cache holds already
+    context = torch.arange(read, at).view(1, -1)
+    return propose(target, model, block_ids, positions, features[:, read:at], context, cache)

@@ -34,13 +34,13 @@ from scipy import stats
 from sglang.srt.layers.sampler import top_k_top_p_min_p_sampling_from_probs_torch
 
 from .law_drafts import read_blocks
+from .law_sampled import SampledDrafter, sampled_log_ratios
 from .law_statistics import likelihood_ratio_pvalue
 
 # Every decoding path and the test module whose server runs it (docs/features.md cites these).
 PATHS = {
-    "chain, overlap worker": "test_worker.py",
-    "chain, plain worker": "test_worker.py",
-    "chain, sampled drafts, overlap worker": "test_sampled_drafts.py",
+    "chain, sampled drafts, overlap worker": "test_worker.py",
+    "chain, point drafts, plain worker": "test_worker.py",
     "chain, sampled drafts, block verification, plain worker": "test_sampled_drafts.py",
     "DFlash2 drafter, sampled walk, overlap worker": "test_sampled_drafts.py",
     "tree 16 nodes, overlap worker": "test_tree.py",
@@ -230,14 +230,19 @@ def most_powerful(model, prompts: list[list[int]], steps: int = 8) -> list[int]:
 def judge(setting: Setting, model, prompt: list[int], completions: list[list[int]], drafter=None) -> tuple:
     """(p, control p, the failure in words or "") of one setting's completions. p is the smaller,
     Bonferroni-doubled, of the PIT's and the likelihood ratio's against the bugs' own laws
-    (law_statistics.py; `drafter`, a law_drafts.ChainDrafter, lets it see the drafts)."""
+    (law_statistics.py; `drafter`, a law_drafts.ChainDrafter, lets it see the drafts; a
+    law_sampled.SampledDrafter adds the laws of a sampled-draft verify's bugs)."""
     tokens = torch.tensor(completions)
     logits = target_logits(model, prompt, completions)
     target, support = law(logits, tokens, setting.params), law(logits, tokens, relaxed(setting.params))
     stray = outside(support, tokens)
     usable = ((target > 0) == (support > 0)).all(-1)
-    state = read_blocks(model, drafter, prompt, completions) if drafter is not None else None
-    ratio = likelihood_ratio_pvalue(law, logits, tokens, setting.params, target, usable, state)
+    state, more = None, None
+    if isinstance(drafter, SampledDrafter):  # the drafts unseen: summed out (law_sampled.py)
+        more = sampled_log_ratios(law, model, drafter, prompt, completions, setting.params, target, usable)
+    elif drafter is not None:
+        state = read_blocks(model, drafter, prompt, completions)
+    ratio = likelihood_ratio_pvalue(law, logits, tokens, setting.params, target, usable, state, more)
     p = min(1.0, 2 * min(pit_pvalue(target, tokens), ratio)) if not stray else 0.0
     control_law = law(logits, tokens, setting.control)
     statistics = (pit_pvalue(control_law, tokens), control_ratio_pvalue(support, control_law, tokens))

@@ -39,11 +39,12 @@ MIXTURES = (0.5, 1.0)
 
 def likelihood_ratio_pvalue(
     law, logits: torch.Tensor, tokens: torch.Tensor, params: dict, target: torch.Tensor,
-    usable: torch.Tensor, state: BlockState | None,
+    usable: torch.Tensor, state: BlockState | None, more: list | None = None,
 ) -> float:  # fmt: skip
     """1 / mean over the alternatives of prod_t q_t(y_t) / p_t(y_t); `law(logits, tokens, params)`
     builds a law as law_matrix does, `target` is the tested law [n, L, V] and `usable` [n, L] marks
-    the positions counted (where float32 and float64 filters agree on the support)."""
+    the positions counted (where float32 and float64 filters agree on the support); `more`: log
+    products of other alternatives (law_sampled.py's, for sampled drafts)."""
     chosen = tokens.unsqueeze(-1)
     p_y = target.gather(-1, chosen).squeeze(-1)
     log_ratios = []  # one log product per alternative
@@ -96,7 +97,7 @@ def likelihood_ratio_pvalue(
             if name.startswith("T x"):
                 add(torch.where(has_draft, q.gather(-1, chosen).squeeze(-1), p_y))
 
-    logs = torch.stack(log_ratios)
+    logs = torch.stack(log_ratios + list(more or []))
     log_mean = float(torch.logsumexp(logs, 0)) - math.log(len(log_ratios))
     return min(1.0, math.exp(-log_mean)) if log_mean > -700 else 1.0
 

@@ -25,6 +25,7 @@ from dflash_sglang.testing.server import SGLangServer
 from .conftest import PLAIN, dflash_args
 from .law_case import COMPLETIONS, trained_case
 from .law_matrix import assert_every_setting_follows_the_law
+from .law_sampled import SampledDrafter
 from .pairs import chat, chat_prompts, load, reference
 from .sampling_law import chisquare_pvalue
 from .test_overlap import stream_generate
@@ -247,18 +248,27 @@ OVERLAP_CHECKED_DFLASH = {**PLAIN, "SGLANG_ENABLE_DFLASH_SPEC_V2": "1", "DFLASH_
 
 
 @pytest.mark.parametrize(
-    "env,path", [(OVERLAP_CHECKED_DFLASH, "chain, overlap worker"), (PLAIN, "chain, plain worker")]
+    "env,drafts,path",
+    [
+        (OVERLAP_CHECKED_DFLASH, "1", "chain, sampled drafts, overlap worker"),
+        (PLAIN, "0", "chain, point drafts, plain worker"),
+    ],
+    ids=["sampled-overlap", "point-plain"],
 )
-def test_the_sampled_law_with_real_filters(env, path):
+def test_the_sampled_law_with_real_filters(env, drafts, path):
     """law_matrix.SETTINGS in one mixed batch, each against the target's law and its control, on
     law_case.py's trained pair and prompt, where the bugs of speculative sampling show
-    (docs/reliability.md, tests/planted/). The drafts are read back (law_drafts.py), so the
-    likelihood ratios see each draft's mass: point drafts (SAMPLED_DRAFTS_ENV=0), as sampled ones
-    cannot be read back (their law is in test_sampled_drafts.py). One server at a time."""
+    (docs/reliability.md, tests/planted/). Both kinds of draft, so a bug planted in either verify
+    fails this test: drafts sampled from q (the default), whose bugs' laws the judge sums the
+    unseen drafts out of (law_sampled.py), and point drafts (SAMPLED_DRAFTS_ENV=0), which it reads
+    back (law_drafts.py). One server at a time."""
     pair, target, drafter, prompt = trained_case()
-    env = {**env, SAMPLED_DRAFTS_ENV: "0"}
+    env = {**env, SAMPLED_DRAFTS_ENV: drafts}
+    judge_with = SampledDrafter(drafter) if drafts == "1" else drafter
     with SGLangServer(pair.target, dflash_args(pair, drafter.block_size), env=env) as server:
-        assert_every_setting_follows_the_law(path, server, target, [prompt], n=COMPLETIONS, drafter=drafter)
+        assert_every_setting_follows_the_law(
+            path, server, target, [prompt], n=COMPLETIONS, drafter=judge_with
+        )  # fmt: skip
 
 
 def test_make_demo_asks_your_own_question(dflash, nospec, capsys, monkeypatch):
