@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: install system-libs test test-fast lint serve demo bench bench-adaptive bench-first-burst bench-sampled-drafts tiny-pair gpu-check soak planted law-power
+.PHONY: install system-libs test test-fast lint serve demo bench bench-adaptive bench-first-burst bench-sampled-drafts bench-sampling-memory tiny-pair gpu-check soak planted law-power
 
 install: system-libs
 	python3 -m venv $(VENV)
@@ -43,7 +43,7 @@ serve:
 DEMO_MAX_TOKENS ?= 512
 PROMPT ?=
 demo:
-	$(PY) -m dflash_sglang.demo --url http://127.0.0.1:30000 --max-tokens $(DEMO_MAX_TOKENS) \
+	$(PY) -m dflash_sglang_tools.demo --url http://127.0.0.1:30000 --max-tokens $(DEMO_MAX_TOKENS) \
 		$(if $(PROMPT),--prompt "$(PROMPT)")
 
 # The tiny pair on CPU, one server at a time: no-spec, our worker with and without
@@ -51,43 +51,48 @@ demo:
 PAIR ?= python/dflash_sglang/assets/tiny-pair
 BENCH_ARGS ?=
 bench:
-	$(PY) -m dflash_sglang.bench.suite --pair $(PAIR) --out docs/bench --docs docs/benchmarks.md $(BENCH_ARGS)
+	$(PY) -m dflash_sglang_tools.bench.suite --pair $(PAIR) --out docs/bench --docs docs/benchmarks.md $(BENCH_ARGS)
 
 # The adaptive verify width under load (docs/adaptive.md): a random target of real layer shapes,
 # acceptance simulated at a trained drafter's per-position rates, then with none (the worst case).
 SIMULATED_ACCEPTANCE ?= 0.9,0.85,0.8
 bench-adaptive:
-	$(PY) -m dflash_sglang.bench.adaptive --simulate-acceptance $(SIMULATED_ACCEPTANCE) --max-tokens 128
-	$(PY) -m dflash_sglang.bench.adaptive
+	$(PY) -m dflash_sglang_tools.bench.adaptive --simulate-acceptance $(SIMULATED_ACCEPTANCE) --max-tokens 128
+	$(PY) -m dflash_sglang_tools.bench.adaptive
 
 # A new server's first bursts against its steady state and no-spec, fresh servers interleaved,
 # REPEATS times (docs/adaptive.md, "The first burst").
 REPEATS ?= 3
 bench-first-burst:
-	$(PY) -m dflash_sglang.bench.first_burst --repeats $(REPEATS)
+	$(PY) -m dflash_sglang_tools.bench.first_burst --repeats $(REPEATS)
 
 # Engine-free: tokens a step with point against sampled drafts at T 0.6 and 1.0 (docs/sampled-drafts.md).
 bench-sampled-drafts:
-	$(PY) -m dflash_sglang.train.sampled_acceptance
+	$(PY) -m dflash_sglang_tools.train.sampled_acceptance
+
+# One sampled verify's peak memory and time at production sizes, ours against the dense oracle
+# (docs/benchmarks.md, "Sampled verify at production sizes").
+bench-sampling-memory:
+	$(PY) -m dflash_sglang_tools.bench.sampling_memory
 
 # Retrains the embedded tiny pair (target, drafter, held-out prompts, measured acceptance) from
 # the standard library's source: deterministic on one machine (one thread), about half an hour on
 # a CPU core. The script's --stage target, then --stage drafter, splits it in two.
 tiny-pair:
-	$(PY) -m dflash_sglang.train.tiny_pair --out python/dflash_sglang/assets/tiny-pair
+	$(PY) -m dflash_sglang_tools.train.tiny_pair --out python/dflash_sglang/assets/tiny-pair
 
 # Our drafter, the verify-side math and a Qwen3-8B-shaped target timed on this machine's GPU with
 # torch and transformers only, eager and CUDA-graph replayed; tiny shapes on a CPU (docs/gpu.md).
 # Needs no install: `make gpu-check PY=python3` on a machine with only torch and transformers.
 GPU_CHECK_ARGS ?=
 gpu-check:
-	PYTHONPATH=python $(PY) -m dflash_sglang.gpu_check --markdown docs/gpu-check.md --json docs/gpu-check.json $(GPU_CHECK_ARGS)
+	PYTHONPATH=python $(PY) -m dflash_sglang_tools.gpu_check --markdown docs/gpu-check.md --json docs/gpu-check.json $(GPU_CHECK_ARGS)
 
 # The full soak (tests/server/test_soak.py runs a reduced one in CI): 1,000 mixed requests at
 # concurrency 32, ~20% aborted, forced retractions, per configuration (overlap, plain, draft window,
 # hybrid target); roughly 25 min on 2 cores (300 per configuration took 4 min for the first three).
 soak:
-	$(PY) -m dflash_sglang.soak --pair $(PAIR) $(SOAK_ARGS)
+	$(PY) -m dflash_sglang_tools.soak --pair $(PAIR) $(SOAK_ARGS)
 
 # The law tests' power (tests/planted/, docs/reliability.md). `make planted`: every planted bug
 # against the law tests of the paths it reaches, on real servers (about two minutes a cell).

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from dflash_sglang.testing.tiny_dense import tiny_draft, tiny_target
+from dflash_sglang_tools.testing.tiny_dense import tiny_draft, tiny_target
 
 
 @pytest.fixture(scope="session")

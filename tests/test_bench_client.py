@@ -8,7 +8,7 @@ import json
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from dflash_sglang.bench.client import Sampling, run_level
+from dflash_sglang_tools.bench.client import Sampling, run_level
 
 DELAY = 0.05
 BODIES = web.AppKey("bodies", list)

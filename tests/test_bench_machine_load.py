@@ -5,7 +5,7 @@ import signal
 import subprocess
 import sys
 
-from dflash_sglang.bench.machine_load import foreign_usage, own_tree, process_table
+from dflash_sglang_tools.bench.machine_load import foreign_usage, own_tree, process_table
 
 # Burns half a CPU second of its own (however busy the machine), says so, then idles until killed.
 SPIN = """import os, time

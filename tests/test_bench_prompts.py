@@ -6,9 +6,9 @@ import json
 import datasets
 import pytest
 
-from dflash_sglang.bench import cli, prompts
-from dflash_sglang.bench.prompts import DatasetUnavailable, load_prompts, read_file, take
-from dflash_sglang.bench.tiny_prompts import BUILTIN, held_out_file
+from dflash_sglang_tools.bench import cli, prompts
+from dflash_sglang_tools.bench.prompts import DatasetUnavailable, load_prompts, read_file, take
+from dflash_sglang_tools.bench.tiny_prompts import BUILTIN, held_out_file
 
 
 def user(text):

@@ -6,10 +6,10 @@ import json
 import matplotlib.image
 import pytest
 
-from dflash_sglang.bench import report, results
-from dflash_sglang.bench.results import BenchRun, RequestResult, ServerRun
-from dflash_sglang.bench.runner import write_outputs
-from dflash_sglang.bench.stats import summarize
+from dflash_sglang_tools.bench import report, results
+from dflash_sglang_tools.bench.level_stats import summarize
+from dflash_sglang_tools.bench.results import BenchRun, RequestResult, ServerRun
+from dflash_sglang_tools.bench.runner import write_outputs
 
 
 def level(concurrency, duration, histogram=()):
@@ -101,7 +101,7 @@ def test_write_outputs_writes_parseable_files(run, tmp_path):
 
 
 def test_model_paths_under_the_working_directory_are_reported_relative(tmp_path, monkeypatch):
-    from dflash_sglang.bench.server_info import relative
+    from dflash_sglang_tools.bench.server_info import relative
 
     monkeypatch.chdir(tmp_path)
     assert relative(str(tmp_path / "pair" / "target")) == "pair/target"

@@ -5,8 +5,7 @@ import math
 
 import pytest
 
-from dflash_sglang.bench.results import RequestResult
-from dflash_sglang.bench.stats import (
+from dflash_sglang_tools.bench.level_stats import (
     acceptance,
     distinct,
     from_histogram,
@@ -21,6 +20,7 @@ from dflash_sglang.bench.stats import (
     summarize,
     tpot_s,
 )
+from dflash_sglang_tools.bench.results import RequestResult
 
 
 def request(tokens=11, ttft=0.5, latency=1.5, histogram=(), verify_ct=None, error=None):

@@ -1,8 +1,8 @@
 """`make bench` and `make demo` without servers: the pair fallback, the docs section, and the
 no-spec launch command the demo derives from the DFLASH server's."""
 
-from dflash_sglang.bench import suite
-from dflash_sglang.demo import plain_args
+from dflash_sglang_tools.bench import suite
+from dflash_sglang_tools.demo import plain_args
 
 LAUNCH = (
     "--model-path .tiny/target --speculative-algorithm DFLASH --speculative-draft-model-path .tiny/draft "

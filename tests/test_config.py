@@ -7,7 +7,7 @@ import pytest
 from transformers import Qwen3Config
 
 from dflash_sglang.drafter.config import DFlashConfig, DFlashConfigError, default_target_layer_ids
-from dflash_sglang.gpu_check.shapes import QWEN3_8B_DRAFT
+from dflash_sglang_tools.gpu_check.shapes import QWEN3_8B_DRAFT
 
 # z-lab/Qwen3-8B-DFlash-b16's config.json, as published (one copy, shared with make gpu-check).
 QWEN3_8B_TARGET = {"hidden_size": 4096, "num_hidden_layers": 36, "vocab_size": 151936}

@@ -13,14 +13,14 @@ import torch
 from transformers import Qwen3Config, StaticCache
 
 from dflash_sglang.drafter.config import DFlashConfig
-from dflash_sglang.gpu_check import __main__ as cli
-from dflash_sglang.gpu_check import acceptance, drafter, shapes, target
-from dflash_sglang.gpu_check.acceptance import valid_acceptance
-from dflash_sglang.gpu_check.drafter import DraftStep, random_drafter, relative_error
-from dflash_sglang.gpu_check.report import bound_rows, draft_share, fmt, render, speedup_bound, table
-from dflash_sglang.gpu_check.target import TargetStep, random_target
-from dflash_sglang.gpu_check.timing import describe, same
 from dflash_sglang.sampling.accept import Acceptance
+from dflash_sglang_tools.gpu_check import __main__ as cli
+from dflash_sglang_tools.gpu_check import acceptance, draft_step, shapes, target
+from dflash_sglang_tools.gpu_check.acceptance import valid_acceptance
+from dflash_sglang_tools.gpu_check.draft_step import DraftStep, random_drafter, relative_error
+from dflash_sglang_tools.gpu_check.markdown import bound_rows, draft_share, fmt, render, speedup_bound, table
+from dflash_sglang_tools.gpu_check.target import TargetStep, random_target
+from dflash_sglang_tools.gpu_check.timing import describe, same
 
 from .test_config import QWEN3_8B_DRAFT
 
@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RUN = """
 import runpy, sys
 sys.argv = ["gpu_check"] + sys.argv[1:]
-runpy.run_module("dflash_sglang.gpu_check", run_name="__main__")
+runpy.run_module("dflash_sglang_tools.gpu_check", run_name="__main__")
 loaded = sorted({m.split(".")[0] for m in sys.modules} & {"sglang", "sgl_kernel", "flashinfer"})
 assert not loaded, loaded
 """
@@ -209,7 +209,7 @@ class FailsToCapture(ReplayOnCpu):
 
 
 def run_with(monkeypatch, captured):
-    for module in (drafter, acceptance, target):
+    for module in (draft_step, acceptance, target):
         monkeypatch.setattr(module, "Captured", captured)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)

@@ -6,7 +6,7 @@ import torch
 
 from dflash_sglang.drafter.context import DraftContextCache
 from dflash_sglang.drafter.model import DFlashDraftModel, attention_with_sinks, block_visibility
-from dflash_sglang.testing.tiny_dense import TinyShape, tiny_draft
+from dflash_sglang_tools.testing.tiny_dense import TinyShape, tiny_draft
 
 
 def run_block(draft, target, context_len, seed=0, block=None):

@@ -13,7 +13,7 @@ from scipy import stats
 
 import dflash_sglang.drafter.reference as reference
 from dflash_sglang.drafter.reference import dflash_generate
-from dflash_sglang.testing.tiny_dense import TinyShape, tiny_draft, tiny_target
+from dflash_sglang_tools.testing.tiny_dense import TinyShape, tiny_draft, tiny_target
 
 from .conftest import prompt_of
 

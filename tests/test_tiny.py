@@ -13,7 +13,7 @@ from dflash_sglang.drafter.config import DFlashConfig
 from dflash_sglang.drafter.context import DraftContextCache
 from dflash_sglang.drafter.model import DFlashDraftModel
 from dflash_sglang.drafter.reference import dflash_generate, propose
-from dflash_sglang.testing.tiny_dense import MASK_TOKEN, tiny_draft, tiny_target, write_tiny_pair
+from dflash_sglang_tools.testing.tiny_dense import MASK_TOKEN, tiny_draft, tiny_target, write_tiny_pair
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +23,7 @@ def pair_dir(tmp_path_factory):
         [
             sys.executable,
             "-m",
-            "dflash_sglang.testing.tiny",
+            "dflash_sglang_tools.testing.tiny",
             "--out",
             str(out),
             "--seed",
@@ -50,7 +50,7 @@ def test_cli_writes_the_published_layout(pair_dir):
 
 
 def test_cli_hybrid_target_and_sliding_drafter(tmp_path):
-    from dflash_sglang.testing.tiny import main
+    from dflash_sglang_tools.testing.tiny import main
 
     main(["--out", str(tmp_path), "--hybrid", "--swa", "6", "--block-size", "4"])
     target = json.loads((tmp_path / "target" / "config.json").read_text())

@@ -9,7 +9,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from dflash_sglang.testing.tiny_families import GPT_OSS_WINDOW, write_tiny_family_pair
+from dflash_sglang_tools.testing.tiny_families import GPT_OSS_WINDOW, write_tiny_family_pair
 
 PROMPTS = [[10 + (7 * i + 13 * n) % 290 for i in range(n)] for n in (9, 31)]  # past the window
 

@@ -1,4 +1,4 @@
-"""The training recipe (dflash_sglang.train): anchors, block inputs, labels and loss weights, the
+"""The training recipe (dflash_sglang_tools.train): anchors, block inputs, labels and loss weights, the
 block visibility mask, training-time drafter outputs equal to inference-time ones, and a few
 optimizer steps that lower the loss on a fixed batch."""
 
@@ -12,27 +12,27 @@ from transformers import AutoModelForCausalLM
 
 from dflash_sglang.drafter.context import DraftContextCache
 from dflash_sglang.drafter.model import DFlashDraftModel
-from dflash_sglang.testing.tiny_dense import CORPUS, tiny_draft, write_tiny_pair
-from dflash_sglang.train.__main__ import main as train_main
-from dflash_sglang.train.blocks import (
+from dflash_sglang_tools.testing.tiny_dense import CORPUS, tiny_draft, write_tiny_pair
+from dflash_sglang_tools.train.__main__ import main as train_main
+from dflash_sglang_tools.train.blocks import (
     IGNORE,
     block_visibility_mask,
     make_blocks,
     position_weights,
     sample_anchors,
 )
-from dflash_sglang.train.data import Example, collate, length_buckets, read_jsonl
-from dflash_sglang.train.evaluate import acceptance
-from dflash_sglang.train.loss import draft_hidden, draft_loss, target_context
-from dflash_sglang.train.optim import make_optimizer, optimizer_step, warmup_cosine
-from dflash_sglang.train.stdlib_corpus import (
+from dflash_sglang_tools.train.data import Example, collate, length_buckets, read_jsonl
+from dflash_sglang_tools.train.evaluate import acceptance
+from dflash_sglang_tools.train.loss import draft_hidden, draft_loss, target_context
+from dflash_sglang_tools.train.optim import make_optimizer, optimizer_step, warmup_cosine
+from dflash_sglang_tools.train.stdlib_corpus import (
     every_instruction,
     function_pairs,
     is_held_out,
     name_in_words,
     phrased,
 )
-from dflash_sglang.train.tiny_pair import Plan, build, drafter_instructions
+from dflash_sglang_tools.train.tiny_pair import Plan, build, drafter_instructions
 
 MASK = 511
 SOURCE = '''

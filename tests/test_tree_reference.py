@@ -13,10 +13,10 @@ import pytest
 import torch
 from scipy import stats
 
-from dflash_sglang import tree_sim
 from dflash_sglang.drafter.reference import dflash_generate, keep_path, tree_attention_mask
-from dflash_sglang.testing.tiny_dense import TinyShape, tiny_draft, tiny_target
 from dflash_sglang.tree.build import Tree, build_tree
+from dflash_sglang_tools import tree_sim
+from dflash_sglang_tools.testing.tiny_dense import TinyShape, tiny_draft, tiny_target
 
 from .conftest import prompt_of
 from .test_reference import five_token_pair, target_greedy

@@ -1,4 +1,4 @@
-"""tree/widths.py without a server: tree budgets as verify widths. Best-first trees nest (a smaller
+"""tree/budgets.py without a server: tree budgets as verify widths. Best-first trees nest (a smaller
 budget's tree is the larger one's first nodes), so one walk tells what every smaller budget would
 have accepted; the per-request means behind the adaptive policy; the host copies a step later,
 with no host sync; the policy's choice of budget under load."""
@@ -12,8 +12,8 @@ import torch
 from dflash_sglang.errors import DFlashConfigError
 from dflash_sglang.runtime import host_sync
 from dflash_sglang.tree.batch import build_batch_trees, follow_batch
+from dflash_sglang.tree.budgets import TreeAcceptance, TreeAcceptanceProfile, accepted_within, tree_widths
 from dflash_sglang.tree.verify import accept
-from dflash_sglang.tree.widths import TreeAcceptance, TreeAcceptanceProfile, accepted_within, tree_widths
 from dflash_sglang.width import verify_width
 from dflash_sglang.width.policy import StepCost, best_width
 from dflash_sglang.width.verify_width import VerifyWidth

@@ -1,4 +1,4 @@
-"""width/stats.py without a server: per-request acceptance fed from SGLang's histogram and paired
+"""width/observations.py without a server: per-request acceptance fed from SGLang's histogram and paired
 with the widths verified, oldest first (also one step behind, as under the overlap loop); step
 times kept per token count, as a non-decreasing curve."""
 
@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from dflash_sglang.width.stats import RequestAcceptance, StepTimes, non_decreasing
+from dflash_sglang.width.observations import RequestAcceptance, StepTimes, non_decreasing
 
 B = 4
 

@@ -1,3 +1,9 @@
-"""DFlash speculative decoding for SGLang: block-diffusion drafts, verified losslessly."""
+"""DFlash speculative decoding for SGLang: block-diffusion drafts, verified losslessly.
+
+The plugin SGLang loads (`plugin.py`, through its `sglang.srt.plugins` entry point); its tools live
+apart, in dflash_sglang_tools. The step is worker.py (overlap.py under the overlap loop): draft,
+verify, commit. Below it, bottom to top (docs/architecture.md): errors.py, runtime/, sampling/,
+tree/, drafter/, width/, cpu/, step/, admission/.
+"""
 
 __version__ = "0.1.0"

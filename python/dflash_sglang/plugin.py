@@ -79,7 +79,7 @@ def register() -> None:
         "sglang.srt.arg_groups.speculative_hook._handle_dflash", _resolve_schedule, HookType.AFTER
     )
     HookRegistry.register(request_checks.TARGET, request_checks.refuse_unsupported_requests, HookType.AROUND)
-    # BEFORE and AFTER, not AROUND: the CPU layer already wraps `_handle_dflash` (cpu/policy.py),
+    # BEFORE and AFTER, not AROUND: the CPU layer already wraps `_handle_dflash` (cpu/platform_checks.py),
     # and SGLang warns at every startup about two AROUND hooks on one target.
     HookRegistry.register(tree_switches.HANDLE_DFLASH, tree_switches.declare_a_chain, HookType.BEFORE)
     HookRegistry.register(tree_switches.HANDLE_DFLASH, tree_switches.declare_the_tree_width, HookType.AFTER)

@@ -11,16 +11,19 @@ from sglang.srt.layers.radix_attention import AttentionType
 from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool
 from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
-from dflash_sglang.cpu.attention import (
-    block_visibility,
-    forward_extend_on_cpu,
-    verify_attention,
-)
+from dflash_sglang.cpu.attention import block_visibility, forward_extend_on_cpu, paged_attention
 
 Q_HEADS, KV_HEADS, DIM, BLOCK = 4, 2, 8, 4
 PREFIXES = [0, 5, 11]  # committed tokens per request
 ROWS = [2, 0, 3]  # req_pool_indices: rows of req_to_token, out of order on purpose
 SLOTS = 64
+
+
+def verify_attention(q, k_cache, v_cache, req_to_token, rows, prefix_lens, block_len: int, **options):
+    """paged_attention for a verify batch: every request's `block_len` queries over its prefix and
+    block KV (what the TARGET_VERIFY hook asks of it)."""
+    query_lens = [block_len] * len(prefix_lens)
+    return paged_attention(q, k_cache, v_cache, req_to_token, rows, prefix_lens, query_lens, **options)
 
 
 def visible(q_pos: int, k_pos: int, causal: bool, window: int | None) -> bool:

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from dflash_sglang.cpu.collectives import all_gather_into_tensor_on_cpu, group_without_pynccl_on_cpu
-from dflash_sglang.testing.server import free_port
+from dflash_sglang_tools.testing.server import free_port
 
 
 @pytest.fixture(scope="module")

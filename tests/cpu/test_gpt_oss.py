@@ -12,7 +12,7 @@ from sglang.srt.arg_groups.overrides import attention_backends_of, resolved_view
 from sglang.srt.server_args import ServerArgs
 
 from dflash_sglang.cpu import gpt_oss, no_accelerator
-from dflash_sglang.testing.tiny_families import write_tiny_family_pair
+from dflash_sglang_tools.testing.tiny_families import write_tiny_family_pair
 
 
 def unwrapped(fn):

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from dflash_sglang.cpu.hooks import HOOKS
-from dflash_sglang.cpu.policy import SOURCE
-from dflash_sglang.testing.tiny_dense import write_tiny_pair
-from dflash_sglang.testing.tiny_hybrid import write_tiny_hybrid_pair
+from dflash_sglang.cpu.platform_checks import SOURCE
+from dflash_sglang_tools.testing.tiny_dense import write_tiny_pair
+from dflash_sglang_tools.testing.tiny_hybrid import write_tiny_hybrid_pair
 
 
 @pytest.fixture(scope="module")

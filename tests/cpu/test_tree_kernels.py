@@ -1,6 +1,6 @@
 """For the same draft trees, what we give SGLang's GPU tree path equals what its own kernels build
 and compute: SGLang's Triton kernels run on CPU by Triton's interpreter in a subprocess
-(sglang_tree_kernels_probe.py), against tree/batch.py's layout and the CPU stand-ins (cpu/conv.py,
+(sglang_tree_kernels_probe.py), against tree/batch.py's layout and the CPU stand-ins (cpu/causal_conv1d.py,
 cpu/gdn.py) that the CPU servers run.
 
 - EAGLE's tree builder: our FULL_MASK (the GPU backends' layout) and QLEN_ONLY masks, positions and

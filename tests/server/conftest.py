@@ -21,8 +21,8 @@ import os
 
 import pytest
 
-from dflash_sglang.testing.server import SGLangServer
 from dflash_sglang.width.verify_width import ADAPTIVE_ENV
+from dflash_sglang_tools.testing.server import SGLangServer
 
 from .pairs import make_pair
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM
 
-from dflash_sglang.testing.tiny_hybrid import HybridShape, write_tiny_hybrid_pair
+from dflash_sglang_tools.testing.tiny_hybrid import HybridShape, write_tiny_hybrid_pair
 
 BLOCK = 8
 MAX_NEW = 40

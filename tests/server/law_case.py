@@ -11,9 +11,9 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformers import AutoModelForCausalLM
 
-from dflash_sglang.testing.tiny_dense import HOT_TOKEN_START, TinyPair
-from dflash_sglang.train import data
-from dflash_sglang.train.tiny_pair import embedded_pair, held_out_prompts
+from dflash_sglang_tools.testing.tiny_dense import HOT_TOKEN_START, TinyPair
+from dflash_sglang_tools.train import data
+from dflash_sglang_tools.train.tiny_pair import embedded_pair, held_out_prompts
 
 from .law_drafts import ChainDrafter
 from .law_matrix import most_powerful

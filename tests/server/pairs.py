@@ -10,7 +10,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from dflash_sglang.drafter.model import DFlashDraftModel
 from dflash_sglang.drafter.reference import dflash_generate
-from dflash_sglang.testing.tiny_dense import CORPUS, TinyShape, write_tiny_pair
+from dflash_sglang_tools.testing.tiny_dense import CORPUS, TinyShape, write_tiny_pair
 
 HOT_SHAPE = TinyShape(hot_tokens=3)  # a random drafter is often partially, sometimes fully accepted
 

@@ -10,7 +10,7 @@ import os
 import subprocess
 import sys
 
-from dflash_sglang.testing.server import CPU_ARGS
+from dflash_sglang_tools.testing.server import CPU_ARGS
 
 PROBE = """
 import json, os, sys, traceback

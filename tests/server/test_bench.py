@@ -1,4 +1,4 @@
-"""`python -m dflash_sglang.bench` end to end against two live CPU servers of the hot tiny pair:
+"""`python -m dflash_sglang_tools.bench` end to end against two live CPU servers of the hot tiny pair:
 our DFLASH worker (the session's plain worker, block 4) and the shared no-spec server as its
 baseline. The run writes its markdown, JSON and plots; every number in them is a real
 measurement of this run, checked for plausibility and internal consistency (not for speed:
@@ -9,7 +9,7 @@ from __future__ import annotations
 import matplotlib.image
 import pytest
 
-from dflash_sglang.bench import cli, results
+from dflash_sglang_tools.bench import cli, results
 
 BLOCK = 4  # the shared server's (conftest.SHARED_BLOCK)
 CONCURRENCY = [1, 4]

@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from dflash_sglang.testing.server import SGLangServer
+from dflash_sglang_tools.testing.server import SGLangServer
 
 from .conftest import PLAIN, dflash_args
 from .law_matrix import assert_every_setting_follows_the_law

@@ -15,8 +15,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from dflash_sglang.testing.server import SGLangServer
-from dflash_sglang.testing.tiny_dense import sliding_drafter, write_tiny_pair
+from dflash_sglang_tools.testing.server import SGLangServer
+from dflash_sglang_tools.testing.tiny_dense import sliding_drafter, write_tiny_pair
 
 from .law_matrix import assert_every_setting_follows_the_law
 from .pairs import HOT_SHAPE, chat_prompts, load

@@ -1,6 +1,6 @@
 """Drafter generations and config variants SGLang's built-in DFLASH loads, served by our worker
 (real servers on 127.0.0.1, float32; tiny checkpoints in each on-disk format,
-dflash_sglang.testing.tiny_variants):
+dflash_sglang_tools.testing.tiny_variants):
 - under the plain worker, one Laguna drafter (gated attention, per-feature norms) with MiMo's
   attention sinks and value scale and grouped convolutions, side by side with SGLang's built-in
   worker on the same drafter;
@@ -28,8 +28,8 @@ import torch
 
 from dflash_sglang.drafter.model import DFlashDraftModel
 from dflash_sglang.drafter.reference import dflash_generate
-from dflash_sglang.testing.server import SGLangServer
-from dflash_sglang.testing.tiny_variants import write_variant_pair
+from dflash_sglang_tools.testing.server import SGLangServer
+from dflash_sglang_tools.testing.tiny_variants import write_variant_pair
 
 from .conftest import OVERLAP_CHECKED, PLAIN, dflash_args
 from .law_matrix import assert_every_setting_follows_the_law

@@ -21,8 +21,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from dflash_sglang.testing.server import SGLangServer
-from dflash_sglang.testing.tiny_dense import write_tiny_pair
+from dflash_sglang_tools.testing.server import SGLangServer
+from dflash_sglang_tools.testing.tiny_dense import write_tiny_pair
 
 from .conftest import OVERLAP_CHECKED, PLAIN, SHARED_BLOCK, dflash_args
 from .law_matrix import assert_every_setting_follows_the_law

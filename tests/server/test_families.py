@@ -18,9 +18,9 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import torch
 
-from dflash_sglang.testing.server import SGLangServer
-from dflash_sglang.testing.tiny_families import FAMILIES, write_tiny_family_pair
-from dflash_sglang.testing.tiny_hybrid import HybridShape, write_tiny_hybrid_pair
+from dflash_sglang_tools.testing.server import SGLangServer
+from dflash_sglang_tools.testing.tiny_families import FAMILIES, write_tiny_family_pair
+from dflash_sglang_tools.testing.tiny_hybrid import HybridShape, write_tiny_hybrid_pair
 
 from . import hybrid
 from .conftest import OVERLAP_CHECKED, PLAIN, dflash_args

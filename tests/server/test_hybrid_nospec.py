@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from dflash_sglang.testing.server import SGLangServer
+from dflash_sglang_tools.testing.server import SGLangServer
 
 from .hybrid import (
     EXTRA_BUFFER,

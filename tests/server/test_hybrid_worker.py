@@ -30,13 +30,13 @@ import pytest
 import torch
 
 from dflash_sglang.sampling.sampled_drafts import SAMPLED_DRAFTS_ENV
-from dflash_sglang.testing.server import SGLangServer
-from dflash_sglang.testing.tiny_hybrid import (
+from dflash_sglang.width.verify_width import WIDTHS_ENV
+from dflash_sglang_tools.testing.server import SGLangServer
+from dflash_sglang_tools.testing.tiny_hybrid import (
     HybridShape,
     keep_full_attention_interval,
     write_tiny_hybrid_pair,
 )
-from dflash_sglang.width.verify_width import WIDTHS_ENV
 
 from .broken_drafters import drafter, drafter_weights
 from .hybrid import (

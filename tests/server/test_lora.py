@@ -18,8 +18,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from dflash_sglang.testing.server import SGLangServer
-from dflash_sglang.testing.tiny_lora import merge_lora, write_tiny_lora
+from dflash_sglang_tools.testing.server import SGLangServer
+from dflash_sglang_tools.testing.tiny_lora import merge_lora, write_tiny_lora
 
 from .conftest import SHARED_BLOCK, dflash_args
 from .law_matrix import assert_every_setting_follows_the_law

@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from dflash_sglang.testing.server import ServerError, SGLangServer
+from dflash_sglang_tools.testing.server import ServerError, SGLangServer
 
 from .conftest import OVERLAP_CHECKED, dflash_args
 from .pairs import chat_prompts, load

@@ -23,8 +23,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from dflash_sglang.testing.pd import PDDeployment, pd_role_args
-from dflash_sglang.testing.server import ServerError, SGLangServer
+from dflash_sglang_tools.testing.pd import PDDeployment, pd_role_args
+from dflash_sglang_tools.testing.server import ServerError, SGLangServer
 
 from . import hybrid
 from .conftest import PLAIN, dflash_args

@@ -13,8 +13,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from dflash_sglang.sampling.sampled_drafts import SAMPLED_DRAFTS_ENV
-from dflash_sglang.testing.server import SGLangServer, log_tail
-from dflash_sglang.testing.tiny_variants import write_variant_pair
+from dflash_sglang_tools.testing.server import SGLangServer, log_tail
+from dflash_sglang_tools.testing.tiny_variants import write_variant_pair
 
 from .conftest import PLAIN, dflash_args
 from .law_case import COMPLETIONS, trained_case

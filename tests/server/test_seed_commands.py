@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from dflash_sglang.testing.server import CPU_ARGS, SGLangServer
-from dflash_sglang.testing.tiny_hybrid import HybridShape, write_tiny_hybrid_pair
+from dflash_sglang_tools.testing.server import CPU_ARGS, SGLangServer
+from dflash_sglang_tools.testing.tiny_hybrid import HybridShape, write_tiny_hybrid_pair
 
 from .conftest import SPAWN
 from .hybrid import HYBRID_ARGS, HYBRID_ENV, greedy, prompts

@@ -1,10 +1,10 @@
-"""dflash_sglang.testing.server: a server that dies or never becomes healthy raises with its log,
+"""dflash_sglang_tools.testing.server: a server that dies or never becomes healthy raises with its log,
 and leaves no process behind."""
 
 import psutil
 import pytest
 
-from dflash_sglang.testing.server import ServerError, SGLangServer, free_port
+from dflash_sglang_tools.testing.server import ServerError, SGLangServer, free_port
 
 PORTS = range(30100, 30200)
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import pytest
 
-from dflash_sglang.soak.run import kv_tokens_in_use_after_flush, run_workload, summary
-from dflash_sglang.soak.workload import make_workload
-from dflash_sglang.testing.server import SGLangServer
+from dflash_sglang_tools.soak.run import kv_tokens_in_use_after_flush, run_workload, summary
+from dflash_sglang_tools.soak.workload import make_workload
+from dflash_sglang_tools.testing.server import SGLangServer
 
 from .conftest import OVERLAP_CHECKED, dflash_args
 from .pairs import chat_prompts, load

@@ -13,9 +13,9 @@ import json
 import pytest
 from transformers import AutoTokenizer
 
-from dflash_sglang.testing.server import SGLangServer
-from dflash_sglang.train import data
-from dflash_sglang.train.tiny_pair import ACCEPTANCE_FILE, EMBEDDED, embedded_pair, held_out_prompts
+from dflash_sglang_tools.testing.server import SGLangServer
+from dflash_sglang_tools.train import data
+from dflash_sglang_tools.train.tiny_pair import ACCEPTANCE_FILE, EMBEDDED, embedded_pair, held_out_prompts
 
 from .conftest import SPAWN
 

@@ -24,8 +24,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from dflash_sglang.testing.server import SGLangServer
-from dflash_sglang.testing.tiny_variants import write_variant_pair
+from dflash_sglang_tools.testing.server import SGLangServer
+from dflash_sglang_tools.testing.tiny_variants import write_variant_pair
 
 from . import hybrid
 from .conftest import dflash_args

@@ -26,7 +26,7 @@ import pytest
 import torch
 
 from dflash_sglang.drafter.reference import dflash_generate
-from dflash_sglang.testing.server import SGLangServer
+from dflash_sglang_tools.testing.server import SGLangServer
 
 from .conftest import OVERLAP_CHECKED, PLAIN
 from .law_case import COMPLETIONS, trained_case

@@ -1,4 +1,4 @@
-"""Tree budgets as verify widths (tree/widths.py) in real SGLang servers on CPU (float32), on the
+"""Tree budgets as verify widths (tree/budgets.py) in real SGLang servers on CPU (float32), on the
 hot tiny pair's block-8 drafter with trees of up to 16 nodes (K 4).
 
 - `DFLASH_SGLANG_VERIFY_WIDTHS` forces every step through trees of 16, 5, 2, 9, 3 and 4 nodes and
@@ -19,8 +19,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from dflash_sglang.testing.server import SGLangServer
 from dflash_sglang.width.verify_width import ADAPTIVE_ENV, REPORT_EVERY, WIDTHS_ENV
+from dflash_sglang_tools.testing.server import SGLangServer
 
 from .conftest import OVERLAP_CHECKED, PLAIN
 from .law_matrix import assert_every_setting_follows_the_law

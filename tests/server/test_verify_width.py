@@ -23,8 +23,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from dflash_sglang.testing.server import SGLangServer
 from dflash_sglang.width.verify_width import ADAPTIVE_ENV, REPORT_EVERY, WIDTHS_ENV
+from dflash_sglang_tools.testing.server import SGLangServer
 
 from .broken_drafters import drafter, drafter_weights
 from .conftest import OVERLAP_CHECKED, PLAIN, dflash_args

@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from dflash_sglang.sampling.sampled_drafts import SAMPLED_DRAFTS_ENV
-from dflash_sglang.testing.server import SGLangServer
+from dflash_sglang_tools.testing.server import SGLangServer
 
 from .conftest import PLAIN, dflash_args
 from .law_case import COMPLETIONS, trained_case
@@ -274,7 +274,7 @@ def test_the_sampled_law_with_real_filters(env, drafts, path):
 def test_make_demo_asks_your_own_question(dflash, nospec, capsys, monkeypatch):
     """`make demo PROMPT=...` (demo.py --prompt): the question asked of both servers, the DFLASH
     server's answer printed, the same text as no-spec's."""
-    from dflash_sglang import demo
+    from dflash_sglang_tools import demo
 
     for proxy in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
         monkeypatch.delenv(proxy, raising=False)  # loopback only

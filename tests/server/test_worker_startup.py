@@ -15,8 +15,8 @@ from sglang.srt.server_args import ServerArgs
 
 from dflash_sglang.errors import DFlashConfigError
 from dflash_sglang.step.draft_window import refuse_unsupported_setups
-from dflash_sglang.testing.server import ServerError, SGLangServer
-from dflash_sglang.testing.tiny_dense import TinyShape
+from dflash_sglang_tools.testing.server import ServerError, SGLangServer
+from dflash_sglang_tools.testing.tiny_dense import TinyShape
 
 from .pairs import make_pair
 

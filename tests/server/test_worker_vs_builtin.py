@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from dflash_sglang.testing.server import SGLangServer
+from dflash_sglang_tools.testing.server import SGLangServer
 
 from .pairs import chat_prompts, load, make_pair, reference
 

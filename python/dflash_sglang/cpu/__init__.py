@@ -2,7 +2,19 @@
 
 Every stand-in is installed as an AROUND hook through SGLang's HookRegistry: it computes in torch
 only for CPU tensors (or a `--device cpu` server) and hands everything else to SGLang's original,
-so GPU behaviour does not change.
+so GPU behaviour does not change. One file a kernel or a check (hooks.py is the table of all):
+
+    attention.py            torch_native attention: TARGET_VERIFY, sinks, MLA prefill (mla.py)
+    causal_conv1d.py        Gated DeltaNet's depthwise causal conv1d; gdn.py, delta_rule.py: the
+                            rest of the layer; qwen3_5_elementwise.py: its elementwise kernels
+    mamba_state.py          row copies between mamba state slots; mamba_policy.py: extra_buffer
+    kv_pool.py              KV-pool row moves; req_to_token.py: the request -> slot table
+    rotary.py, embeds.py    rotary embedding, input embeddings in the model's dtype
+    collectives.py          TP over gloo; dp_padding.py, dp_controller.py: attention DP
+    disaggregation.py       PD on CPU; fork_launch.py: forked server processes (opt-in)
+    platform_checks.py      DFLASH (and block verification) admitted on `--device cpu`
+    gpt_oss.py              gpt-oss resolution with torch_native attention
+    no_accelerator.py       calls made as if an accelerator were there; record_stream.py: a no-op
 """
 
 from __future__ import annotations

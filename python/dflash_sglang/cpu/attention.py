@@ -151,24 +151,6 @@ def _version(tensor: torch.Tensor) -> int | None:
     return None if tensor.is_inference() else tensor._version
 
 
-def verify_attention(
-    q: torch.Tensor,
-    k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
-    req_to_token: torch.Tensor,
-    req_pool_indices: torch.Tensor,
-    prefix_lens: torch.Tensor,
-    block_len: int,
-    **options,
-) -> torch.Tensor:
-    """`paged_attention` for a verify batch: every request's `block_len` queries over its prefix +
-    block KV (block KV already written); the options are paged_attention's."""
-    query_lens = [block_len] * len(prefix_lens)
-    return paged_attention(
-        q, k_cache, v_cache, req_to_token, req_pool_indices, prefix_lens, query_lens, **options
-    )
-
-
 def tokens_per_request(forward_batch, num_tokens: int) -> int:
     """The block length of a verify batch, as SGLang's other backends read it."""
     spec_info = forward_batch.spec_info

@@ -7,11 +7,11 @@ from dataclasses import dataclass
 
 from . import (
     attention,
+    causal_conv1d,
     collectives,
-    conv,
     disaggregation,
-    dp_attention,
     dp_controller,
+    dp_padding,
     embeds,
     fork_launch,
     gdn,
@@ -20,11 +20,11 @@ from . import (
     mamba_policy,
     mamba_state,
     no_accelerator,
-    policy,
+    platform_checks,
     qwen3_5_elementwise,
+    record_stream,
     req_to_token,
     rotary,
-    streams,
 )
 
 
@@ -37,14 +37,14 @@ class Hook:
 HOOKS: tuple[Hook, ...] = (
     Hook(fork_launch.TARGET, fork_launch.fork_subprocesses_on_cpu),
     Hook(rotary.TARGET, rotary.rotary_init_without_vllm),
-    Hook(policy.HANDLE_DFLASH, policy.allow_dflash_on_cpu),
-    Hook(policy.HANDLE_SPECULATIVE, policy.allow_block_verification_on_cpu),
-    Hook(policy.RESOLVE_DRAFT_BACKEND, policy.keep_torch_native_draft_on_cpu),
-    Hook(policy.DRAFT_WORKER_BACKEND, policy.draft_worker_backend_on_cpu),
+    Hook(platform_checks.HANDLE_DFLASH, platform_checks.allow_dflash_on_cpu),
+    Hook(platform_checks.HANDLE_SPECULATIVE, platform_checks.allow_block_verification_on_cpu),
+    Hook(platform_checks.RESOLVE_DRAFT_BACKEND, platform_checks.keep_torch_native_draft_on_cpu),
+    Hook(platform_checks.DRAFT_WORKER_BACKEND, platform_checks.draft_worker_backend_on_cpu),
     Hook(kv_pool.TARGET, kv_pool.native_kv_move_on_cpu),
     Hook(req_to_token.ASSIGN_TARGET, req_to_token.assign_req_to_token_pool_on_cpu),
     Hook(req_to_token.GATHER_TARGET, req_to_token.assign_extend_cache_locs_on_cpu),
-    Hook(streams.TARGET, streams.record_stream_on_cpu),
+    Hook(record_stream.TARGET, record_stream.record_stream_on_cpu),
     Hook(embeds.TARGET, embeds.extend_kwargs_in_model_dtype),
     Hook(attention.TARGET, attention.forward_extend_on_cpu),
     Hook(attention.DECODE_TARGET, attention.forward_decode_on_cpu),
@@ -55,7 +55,7 @@ HOOKS: tuple[Hook, ...] = (
     Hook(mamba_policy.VALIDATE_TARGET, mamba_policy.validate_extra_buffer_on_cpu),
     Hook(mamba_policy.PLATFORM_TARGET, mamba_policy.platform_supports_extra_buffer_on_cpu),
     Hook(qwen3_5_elementwise.SPLIT_TARGET, qwen3_5_elementwise.split_qkvzba_on_cpu),
-    Hook(conv.FN_TARGET, conv.causal_conv1d_fn_on_cpu),
+    Hook(causal_conv1d.FN_TARGET, causal_conv1d.causal_conv1d_fn_on_cpu),
     Hook(gdn.GATING_TARGET, gdn.fused_gdn_gating_on_cpu),
     Hook(gdn.CHUNK_TARGET, gdn.chunk_gated_delta_rule_on_cpu),
     Hook(qwen3_5_elementwise.GATED_NORM_TARGET, qwen3_5_elementwise.gated_rms_norm_forward_on_cpu),
@@ -69,7 +69,7 @@ HOOKS: tuple[Hook, ...] = (
         Hook(target, no_accelerator.synchronize_without_accelerator)
         for target in (no_accelerator.SYNCHRONIZE_TARGET, *no_accelerator.HOST_REGISTER_TARGETS)
     ),
-    Hook(conv.UPDATE_TARGET, conv.causal_conv1d_update_on_cpu),
+    Hook(causal_conv1d.UPDATE_TARGET, causal_conv1d.causal_conv1d_update_on_cpu),
     Hook(gdn.PACKED_DECODE_TARGET, gdn.packed_decode_on_cpu),
     Hook(gdn.RECURRENT_TARGET, gdn.sigmoid_gating_delta_rule_update_on_cpu),
     Hook(mamba_state.SCATTER_TARGET, mamba_state.scatter_with_mask_on_cpu),
@@ -79,8 +79,8 @@ HOOKS: tuple[Hook, ...] = (
     Hook(collectives.PARALLEL_GROUP_TARGET, collectives.group_without_pynccl_on_cpu),
     Hook(collectives.ALL_GATHER_TARGET, collectives.all_gather_into_tensor_on_cpu),
     # Attention DP (--enable-dp-attention) on a cpu server.
-    Hook(dp_attention.FILL_VALUE_TARGET, dp_attention.padded_seq_len_one_for_torch_native),
-    Hook(dp_attention.MEMCPY_TARGET, dp_attention.memcpy_on_cpu),
+    Hook(dp_padding.FILL_VALUE_TARGET, dp_padding.padded_seq_len_one_for_torch_native),
+    Hook(dp_padding.MEMCPY_TARGET, dp_padding.memcpy_on_cpu),
     Hook(dp_controller.TARGET, dp_controller.event_loop_waiting_when_idle),
     # PD disaggregation (--disaggregation-mode prefill|decode) on a cpu server.
     Hook(disaggregation.SENDER_INIT_TARGET, disaggregation.sender_without_device_indices_on_cpu),

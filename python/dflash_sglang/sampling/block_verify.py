@@ -15,7 +15,7 @@ so the worker verifies those token by token (as SGLang's built-in says at startu
 SGLang's own is a Triton kernel (sglang.kernels.ops.speculative.reject_sampling, BLOCK_VERIFICATION)
 that needs an accelerator; this is its law in torch, checked token for token against that kernel
 under Triton's interpreter (tests/test_block_verify.py). `--speculative-use-block-verification`
-turns it on (SGLang refuses the flag off CUDA; cpu/policy.py lets it through for DFLASH on CPU).
+turns it on (SGLang refuses the flag off CUDA; cpu/platform_checks.py lets it through for DFLASH on CPU).
 
 Nothing here reads device data on the host: the overlap worker calls it inside a step.
 """

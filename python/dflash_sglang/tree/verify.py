@@ -139,7 +139,7 @@ class DraftVocab:
 def build_trees(
     settings: TreeSettings, verified: torch.Tensor, logprobs: torch.Tensor, width: int
 ) -> BatchTree:
-    """Trees of `width` nodes (the step's verify width, at most N: tree/widths.py)."""
+    """Trees of `width` nodes (the step's verify width, at most N: tree/budgets.py)."""
     return build_batch_trees(verified, logprobs, width - 1, settings.max_children)
 
 

@@ -3,7 +3,8 @@ step verifies, and the load-adaptive policy that chooses it.
 
     verify_width.py          the step's width: forced cycle, adaptive choice, narrowing the block
     policy.py                expected committed tokens per second over widths (engine-free)
-    stats.py                 what the policy learns: acceptance per request, step cost per width
+    observations.py          what the policy learns: acceptance per request, step cost per width
+    signal.py                what the width tells an operator (log line, metrics)
     simulated_acceptance.py  DFLASH_SGLANG_SIMULATE_ACCEPTANCE: acceptance drawn at set rates
                              (benchmarking only)
 

@@ -167,7 +167,7 @@ class AcceptanceProfile:
 def best_width(profiles: Sequence, cost: StepCost, widths: Sequence[int]) -> int:
     """The width of `widths` with the most expected committed tokens per second (ties: smaller).
     A profile gives `expected_tokens_at(widths)`: a chain's AcceptanceProfile, or a tree's
-    (tree/widths.py)."""
+    (tree/budgets.py)."""
     return ranked_widths(profiles, cost, widths)[0].width
 
 

@@ -12,10 +12,10 @@ choice depends only on the step count and host state every rank shares. Under at
 scheduler announces each rank's token count as bs x B before the step, so the width stays B.
 
 Trees (`--speculative-eagle-topk K > 1`): a width w is a tree of w nodes, budget w - 1, up to the
-N of `--speculative-num-draft-tokens`; the policy considers the budgets of tree/widths.py.
+N of `--speculative-num-draft-tokens`; the policy considers the budgets of tree/budgets.py.
 
 Switches: the adaptive width chooses each step's width by expected committed tokens per second
-(width/policy.py, from width/stats.py's per-request acceptance and measured step times; rank 0's
+(width/policy.py, from width/observations.py's per-request acceptance and measured step times; rank 0's
 choice on every TP rank). It is on by default wherever no width would lose a graph: the target's
 verify runs without graphs (CPU, `--disable-cuda-graph`) and no attention DP.
 `DFLASH_SGLANG_ADAPTIVE_WIDTH=0` turns it off (every step verifies the whole block), `=1` on
@@ -35,10 +35,10 @@ import torch
 from ..errors import DFlashConfigError
 from ..runtime import dp_attention
 from ..runtime.block import block_kv_plan
-from ..tree.widths import TreeAcceptance, tree_widths
+from ..tree.budgets import TreeAcceptance, tree_widths
+from .observations import RequestAcceptance, StepTimes
 from .policy import plain_could_win, pool_forget, ranked_widths, worth_a_look
 from .signal import WidthSignal
-from .stats import RequestAcceptance, StepTimes
 
 logger = logging.getLogger(__name__)
 

@@ -1,0 +1,18 @@
+"""Benchmark client for running SGLang servers (`python -m dflash_sglang_tools.bench`, docs/benchmarks.md).
+
+prompts.py       datasets (hub, local files, the tiny pair's held-out prompts) -> chats
+client.py        streamed chat completions, N in flight; TTFT and SGLang's speculation counters
+server_info.py   a server's model and speculative settings; radix-cache flush
+level_stats.py   requests -> per-level throughput, TTFT, TPOT, acceptance (pure arithmetic)
+results.py       the run's dataclasses and their JSON round trip
+report.py        markdown tables; comparison with an earlier run
+plots.py         PNG plots
+runner.py        one server over the concurrency levels; a run's files
+cli.py           the command line
+suite.py         `make bench`: the tiny pair's servers on CPU, one at a time
+tiny_prompts.py  the embedded pair's held-out prompts
+adaptive.py      `make bench-adaptive`: the adaptive width under load, simulated acceptance
+first_burst.py   `make bench-first-burst`: a new server's first bursts against its steady state
+machine_load.py  what else loads the machine while a level runs
+sampling_memory.py  `make bench-sampling-memory`: one sampled verify's memory at production sizes
+"""

@@ -1,0 +1,300 @@
+"""`make bench`: the tiny pair on CPU, every way this project serves it, one server at a time.
+
+    python -m dflash_sglang_tools.bench.suite --pair python/dflash_sglang/assets/tiny-pair --out docs/bench
+
+Servers, each started, benchmarked at every concurrency and stopped before the next: no
+speculation (the baseline), our worker with SGLANG_ENABLE_SPEC_V2=1 (the overlap worker) as
+launched (the adaptive width, the default on CPU) and with whole blocks, our worker without it,
+SGLang's built-in DFLASH worker (DFLASH_SGLANG_WORKER=builtin), and our worker at block sizes 4
+and 16 (the pair's drafter is trained at 8: acceptance per block size). Writes
+`tiny-cpu.{md,json}` and PNGs into --out, and the same tables between the `make bench` markers of
+--docs (docs/benchmarks.md). Then the same at `--tp-size 2` (two ranks over gloo, one core each):
+no speculation, our overlap worker (adaptive and whole blocks) and SGLang's built-in, into
+`tiny-cpu-tp2.*` and the `make bench tp2` markers. Then trees (`--speculative-eagle-topk`)
+against the chain and no speculation, fixed and with the adaptive width choosing tree budgets,
+into `tiny-cpu-tree.*` and the `make bench tree` markers; trees on a random hybrid
+(Qwen3.5-style) pair into `tiny-cpu-hybrid-tree.*` and the `make bench hybrid tree` markers; and
+at temperature 0.6 and 1.0 point drafts, sampled drafts and sampled drafts verified as a block
+against no speculation and the built-in, into `tiny-cpu-t0.6.*` / `tiny-cpu-t1.0.*`. A server
+that fails to start is reported as such; the others run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dflash_sglang.drafter.config import DFlashConfig
+
+from ..testing.server import CPU_ARGS, ServerError, SGLangServer
+from ..testing.tiny_dense import TinyShape, write_tiny_pair
+from . import report
+from .cli import concurrency_list
+from .client import Sampling
+from .level_stats import merge_repeats
+from .prompts import load_prompts, take
+from .results import ServerRun
+from .runner import bench_servers, new_run, write_outputs
+from .server_info import describe
+from .tiny_prompts import EMBEDDED_PAIR
+from .tiny_prompts import describe as describe_tiny
+
+RANDOM_PAIR = Path(".tiny")  # a random-weight stand-in while no trained pair exists
+
+
+@dataclass
+class Variant:
+    label: str
+    speculative: bool
+    env: dict = field(default_factory=dict)
+    notes: str = ""
+    block: int | None = None  # --speculative-num-draft-tokens; None: the drafter's own block size
+    args: tuple = ()  # further server arguments
+
+
+VARIANTS = [
+    Variant("no-spec", False, notes="plain decoding (the baseline)"),
+    Variant(
+        "dflash_sglang spec-v2",
+        True,
+        {"SGLANG_ENABLE_SPEC_V2": "1"},
+        "our worker, SGLANG_ENABLE_SPEC_V2=1 (the adaptive width, the default on CPU)",
+    ),
+    Variant(
+        "dflash_sglang spec-v2 fixed",
+        True,
+        {"SGLANG_ENABLE_SPEC_V2": "1", "DFLASH_SGLANG_ADAPTIVE_WIDTH": "0"},
+        "our worker, SGLANG_ENABLE_SPEC_V2=1, DFLASH_SGLANG_ADAPTIVE_WIDTH=0 (every step the whole block)",
+    ),
+    Variant("dflash_sglang", True, notes="our worker"),
+    Variant("sglang built-in", True, {"DFLASH_SGLANG_WORKER": "builtin"}, "DFLASH_SGLANG_WORKER=builtin"),
+    Variant("dflash_sglang b4", True, notes="our worker, --speculative-num-draft-tokens 4", block=4),
+    Variant("dflash_sglang b16", True, notes="our worker, --speculative-num-draft-tokens 16", block=16),
+]
+
+# Tensor parallelism on CPU: two ranks over gloo, one core each (docs/parallel.md).
+TP2, ONE_CORE_PER_RANK = ("--tp-size", "2"), {"SGLANG_CPU_OMP_THREADS_BIND": "0|1"}
+TP2_VARIANTS = [
+    Variant("no-spec tp2", False, ONE_CORE_PER_RANK, "plain decoding, --tp-size 2", args=TP2),
+    Variant(
+        "dflash_sglang spec-v2 tp2", True, {**ONE_CORE_PER_RANK, "SGLANG_ENABLE_SPEC_V2": "1"},
+        "our worker, SGLANG_ENABLE_SPEC_V2=1, --tp-size 2 (the adaptive width, the default on CPU)", args=TP2,
+    ),
+    Variant(
+        "dflash_sglang spec-v2 tp2 fixed", True,
+        {**ONE_CORE_PER_RANK, "SGLANG_ENABLE_SPEC_V2": "1", "DFLASH_SGLANG_ADAPTIVE_WIDTH": "0"},
+        "our worker, SGLANG_ENABLE_SPEC_V2=1, DFLASH_SGLANG_ADAPTIVE_WIDTH=0, --tp-size 2", args=TP2,
+    ),
+    Variant(
+        "sglang built-in tp2", True, {**ONE_CORE_PER_RANK, "DFLASH_SGLANG_WORKER": "builtin"},
+        "DFLASH_SGLANG_WORKER=builtin, --tp-size 2", args=TP2,
+    ),
+]  # fmt: skip
+
+# Tree verification (docs/tree.md): the chain against trees of 2B, 4B and 8B nodes, overlap worker.
+OVERLAP = {"SGLANG_ENABLE_SPEC_V2": "1"}
+
+
+# The adaptive width is the default on CPU (width/verify_width.py): "fixed" servers turn it off,
+# "adaptive" ones leave the switch unset, as a user launching the seed cards' commands would.
+FIXED, DEFAULT = {"DFLASH_SGLANG_ADAPTIVE_WIDTH": "0"}, {"DFLASH_SGLANG_ADAPTIVE_WIDTH": ""}
+
+
+def tree_variant(topk: int, width: int, adaptive: bool = False) -> Variant:
+    notes = f"our worker, SGLANG_ENABLE_SPEC_V2=1, --speculative-eagle-topk {topk} "
+    notes += f"--speculative-num-draft-tokens {width}"
+    env = {**OVERLAP, **(DEFAULT if adaptive else FIXED)}
+    notes += ", the adaptive width (the default; tree budgets as widths)" if adaptive else ", fixed (=0)"
+    # N travels as the block: the suite passes it as --speculative-num-draft-tokens.
+    args = ("--speculative-eagle-topk", str(topk))
+    label = f"tree k{topk} n{width}" + (" adaptive" if adaptive else "")
+    return Variant(label, True, env, notes, block=width, args=args)
+
+
+TREE_VARIANTS = [
+    Variant("no-spec", False, notes="plain decoding (the baseline)"),
+    Variant("chain", True, {**OVERLAP, **FIXED}, "our worker, SGLANG_ENABLE_SPEC_V2=1 (whole blocks of 8)"),
+    Variant("chain adaptive", True, {**OVERLAP, **DEFAULT},
+            "our worker, SGLANG_ENABLE_SPEC_V2=1, block 8, the adaptive width (the default)"),
+    tree_variant(4, 16),
+    tree_variant(4, 16, adaptive=True),
+    tree_variant(8, 32),
+    tree_variant(8, 64),
+    tree_variant(8, 64, adaptive=True),
+]  # fmt: skip
+
+# Trees on a hybrid (Gated DeltaNet) target: a random Qwen3.5-style pair written for the run (no
+# trained hybrid pair ships), float32 conv state, extra_buffer, the overlap worker.
+HYBRID_PAIR = Path(".tiny-hybrid")
+HYBRID = {"SGLANG_MAMBA_CONV_DTYPE": "float32"}
+HYBRID_ARGS = ("--max-mamba-cache-size", "64", "--mamba-scheduler-strategy", "extra_buffer")
+
+
+def hybrid(variant: Variant) -> Variant:
+    notes = variant.notes + ", hybrid target"
+    return Variant(variant.label, variant.speculative, {**HYBRID, **variant.env}, notes, variant.block,
+                   (*HYBRID_ARGS, *variant.args))  # fmt: skip
+
+
+HYBRID_TREE_VARIANTS = [hybrid(v) for v in TREE_VARIANTS if "n64" not in v.label or "adaptive" in v.label]
+
+# Drafts at temperature > 0 (docs/sampled-drafts.md): point drafts, sampled drafts (the default)
+# and sampled drafts verified as a block, against no speculation and the built-in; overlap worker.
+POINT = {"DFLASH_SGLANG_SAMPLED_DRAFTS": "0"}
+SAMPLED_VARIANTS = [
+    Variant("no-spec", False, notes="plain decoding (the baseline)"),
+    Variant("point drafts", True, {**OVERLAP, **POINT},
+            "our worker, SGLANG_ENABLE_SPEC_V2=1, DFLASH_SGLANG_SAMPLED_DRAFTS=0"),
+    Variant("sampled drafts", True, OVERLAP,
+            "our worker, SGLANG_ENABLE_SPEC_V2=1 (sampled drafts, the default)"),
+    Variant("sampled drafts, block verification", True, OVERLAP,
+            "our worker, SGLANG_ENABLE_SPEC_V2=1, --speculative-use-block-verification",
+            args=("--speculative-use-block-verification",)),
+    Variant("sglang built-in", True, {**OVERLAP, "DFLASH_SGLANG_WORKER": "builtin"},
+            "DFLASH_SGLANG_WORKER=builtin, SGLANG_ENABLE_SPEC_V2=1; on CPU it logs that non-greedy "
+            "verification is unavailable and verifies greedily: not the target's law, not comparable"),
+]  # fmt: skip
+# The same drafts with whole blocks (the adaptive width off): tokens a step without the policy's
+# choice of width in between.
+WHOLE_BLOCK_SAMPLED_VARIANTS = [SAMPLED_VARIANTS[0]] + [
+    Variant(f"{v.label}, whole blocks", True, {**v.env, **FIXED},
+            f"{v.notes}, DFLASH_SGLANG_ADAPTIVE_WIDTH=0", args=v.args)
+    for v in SAMPLED_VARIANTS[1:4]
+]  # fmt: skip
+
+# Output name -> its variants (the first is the baseline) and its markers in docs/benchmarks.md.
+RUNS = {"tiny-cpu": VARIANTS, "tiny-cpu-tp2": TP2_VARIANTS, "tiny-cpu-tree": TREE_VARIANTS,
+        "tiny-cpu-hybrid-tree": HYBRID_TREE_VARIANTS,
+        "tiny-cpu-t0.6": SAMPLED_VARIANTS, "tiny-cpu-t1.0": SAMPLED_VARIANTS,
+        "tiny-cpu-t1.0-whole": WHOLE_BLOCK_SAMPLED_VARIANTS}  # fmt: skip
+TEMPERATURE = {"tiny-cpu-t0.6": 0.6, "tiny-cpu-t1.0": 1.0, "tiny-cpu-t1.0-whole": 1.0}  # others: greedy
+MARKERS = {
+    "tiny-cpu": "make bench", "tiny-cpu-tp2": "make bench tp2", "tiny-cpu-tree": "make bench tree",
+    "tiny-cpu-hybrid-tree": "make bench hybrid tree",
+    "tiny-cpu-t0.6": "make bench t0.6", "tiny-cpu-t1.0": "make bench t1.0",
+    "tiny-cpu-t1.0-whole": "make bench t1.0 whole blocks",
+    "adaptive-cpu": "make bench adaptive", "adaptive-cpu-simulated": "make bench adaptive simulated",
+}  # fmt: skip
+
+
+def hybrid_pair() -> Path:
+    if not (HYBRID_PAIR / "draft" / "config.json").is_file():
+        from ..testing.tiny_hybrid import HybridShape, write_tiny_hybrid_pair
+
+        write_tiny_hybrid_pair(HYBRID_PAIR, seed=0, block_size=8, shape=HybridShape(hot_tokens=3))
+    return HYBRID_PAIR
+
+
+def resolve_pair(pair: Path) -> tuple[Path, str]:
+    """The pair to benchmark and a line saying which; falls back to the random pair."""
+    if (pair / "target" / "config.json").is_file() and (pair / "draft" / "config.json").is_file():
+        return pair, f"pair {pair}"
+    print(f"make bench: no trained tiny pair at {pair} (make tiny-pair writes it);\n"
+          f"benchmarking the random-weight pair in {RANDOM_PAIR}/ instead: its acceptance is not a trained "
+          f"drafter's.", file=sys.stderr)  # fmt: skip
+    if not (RANDOM_PAIR / "draft" / "config.json").is_file():
+        write_tiny_pair(RANDOM_PAIR, seed=0, block_size=16, shape=TinyShape(hot_tokens=3))
+    return RANDOM_PAIR, f"random-weight pair {RANDOM_PAIR} (no trained pair at {pair})"
+
+
+def serve_and_bench(variant: Variant, pair: Path, prompts, sampling, concurrencies) -> ServerRun:
+    block = variant.block or DFlashConfig.from_pretrained(pair / "draft").block_size
+    args = ["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", (pair / "draft").resolve(),
+            "--speculative-num-draft-tokens", block] if variant.speculative else []  # fmt: skip
+    server = SGLangServer(
+        (pair / "target").resolve(), [*variant.args, *args], env=variant.env, base_args=CPU_ARGS
+    )
+    try:
+        with server:
+            run = describe(server.base_url, variant.label, notes=variant.notes)
+            return bench_servers([run], prompts, sampling, concurrencies)[0]
+    except ServerError as error:
+        print(f"make bench: {variant.label} did not start:\n{error}", file=sys.stderr)
+        first = str(error).splitlines()[0]
+        return ServerRun(
+            variant.label, server.base_url, str(pair / "target"), notes=f"did not start ({first})"
+        )
+
+
+def serve_repeated(variants: list[Variant], pair: Path, prompts, sampling, concurrencies, repeats: int):
+    """Every variant `repeats` times, fresh servers, interleaved (A B C A B C: a drift in the
+    machine hits every server alike); each level merged over its repeats (stats.merge_repeats)."""
+    rounds = [
+        [serve_and_bench(v, pair, prompts, sampling, concurrencies) for v in variants] for _ in range(repeats)
+    ]
+    merged = []
+    for runs in zip(*rounds, strict=True):
+        first = runs[0]
+        levels = [[run.level(c) for run in runs] for c in concurrencies]
+        first.levels = [merge_repeats(level) for level in levels if all(level)]
+        merged.append(first)
+    return merged
+
+
+def embed(docs: Path, markdown: str, marker: str = "make bench") -> bool:
+    """Replace the text between the markers in docs; False where the markers are missing."""
+    if not docs.is_file():
+        return False
+    begin, end = f"<!-- {marker}: begin -->", f"<!-- {marker}: end -->"
+    text = docs.read_text()
+    pattern = re.compile(re.escape(begin) + ".*?" + re.escape(end), re.DOTALL)
+    if not pattern.search(text):
+        return False
+    docs.write_text(pattern.sub(lambda _: f"{begin}\n{markdown}\n{end}", text))
+    return True
+
+
+def report_run(run, name: str, out: Path, docs: Path) -> None:
+    written = write_outputs(run, out, name)
+    images = [os.path.relpath(path, docs.parent) for key, path in written.items() if key.endswith(".png")]
+    if embed(docs, report.markdown(run, images), MARKERS[name]):
+        print(f"updated the {MARKERS[name]} section of {docs}")
+    print(report.throughput_table(run))
+    print("\nwrote", ", ".join(str(path) for path in written.values()))
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m dflash_sglang_tools.bench.suite", description=__doc__.split("\n\n")[0]
+    )
+    p.add_argument("--pair", type=Path, default=EMBEDDED_PAIR)
+    p.add_argument("--out", type=Path, default=Path("docs/bench"))
+    p.add_argument("--docs", type=Path, default=Path("docs/benchmarks.md"))
+    p.add_argument("--concurrency", type=concurrency_list, default=[1, 4, 8])
+    p.add_argument("--num-prompts", type=int, default=16)
+    p.add_argument("--max-tokens", type=int, default=128)
+    p.add_argument("--repeats", type=int, default=3, help="fresh servers per variant, interleaved")
+    p.add_argument("--only", default=None, help="comma-separated variant labels to run (default: all)")
+    p.add_argument("--runs", default=None, help=f"comma-separated runs, of {', '.join(RUNS)} (default: all)")
+    args = p.parse_args(argv)
+
+    pair, pair_line = resolve_pair(args.pair)
+    prompts = take(load_prompts("tiny", pair_dir=pair), args.num_prompts)
+    only = set(args.only.split(",")) if args.only else None
+    dataset = f"tiny: {describe_tiny(pair)}; {pair_line}"
+    runs = args.runs.split(",") if args.runs else list(RUNS)
+    for name in runs:
+        variants = RUNS[name]
+        variants = [v for v in variants if only is None or v.label in only]
+        if variants:  # each run's baseline is its list's first entry, no speculation
+            run_pair, run_prompts, run_dataset = pair, prompts, dataset
+            if name == "tiny-cpu-hybrid-tree":
+                run_pair = hybrid_pair()
+                run_prompts = take(load_prompts("tiny", pair_dir=run_pair), args.num_prompts)
+                run_dataset = f"tiny: random Qwen3.5-style hybrid pair {run_pair} (hot tokens 3, block 8)"
+            sampling = Sampling(args.max_tokens, TEMPERATURE.get(name, 0.0))
+            run = new_run(run_dataset, len(run_prompts), sampling, args.concurrency, RUNS[name][0].label)
+            run.repeats = args.repeats
+            run.servers = serve_repeated(
+                variants, run_pair, run_prompts, sampling, args.concurrency, args.repeats
+            )
+            report_run(run, name, args.out, args.docs)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
