@@ -33,30 +33,25 @@ from sglang.srt.model_executor.forward_batch_info import (
 )
 from sglang.srt.runtime_context import get_parallel, get_spec
 from sglang.srt.speculative.base_spec_worker import BaseSpecWorker
-from sglang.srt.speculative.dflash_info import DFlashVerifyInput
 from sglang.srt.speculative.draft_worker_common import (
     build_draft_tp_worker,
-    make_draft_block_spec_info,
 )
 from sglang.srt.utils import async_h2d
 
 from .drafter.sglang_model import require_our_drafter
 from .errors import DFlashConfigError
 from .runtime import dp_attention, host_sync
-from .runtime.block import Block
-from .runtime.spec_info import DFlashDraftState, host_read_bound
+from .runtime.spec_info import DFlashDraftState
 from .runtime.streams import DrafterStream
-from .sampling.accept import Acceptance, greedy_accept
 from .sampling.penalties import PenaltyLedger, PenaltyParams
 from .sampling.prewarm import prewarm_sampled_verify
 from .sampling.sampled_drafts import drafts_at_temperature
-from .sampling.sampled_verify import sampled_accept
-from .sampling.verify_logits import adjust_verify_logits, grammar_tree
+from .step.committing import Committing
 from .step.draft_window import DraftWindow, allocate_window_pool, refuse_unsupported_setups
 from .step.drafting import Drafting
 from .step.hybrid import RecurrentStateCommit
-from .step.request_outputs import attach_request_outputs
 from .step.tp_agreement import TpAgreement, draft_scope
+from .step.verifying import ChainRule, SimulatedRule, TreeRule, Verifying
 from .tree import verify as tree_verify
 from .tree.switches import tree_settings
 from .width.simulated_acceptance import SimulatedAcceptance
@@ -65,7 +60,7 @@ from .width.verify_width import VerifyWidth, adaptive_default_off_because
 logger = logging.getLogger(__name__)
 
 
-class DFlashWorker(Drafting, BaseSpecWorker):
+class DFlashWorker(BaseSpecWorker):
     schedule = "synchronous"  # which SGLang loop runs it; the overlap variant overrides
 
     def __init__(self, server_args, gpu_id: int, nccl_port: int, target_worker):
@@ -102,11 +97,6 @@ class DFlashWorker(Drafting, BaseSpecWorker):
         if self.block_size < 2:
             raise DFlashConfigError(f"--speculative-num-draft-tokens = {self.block_size}: need >= 2")
         self.draft_model.set_block_size(self.block_size)
-        self.mask_token_id = config.mask_token_id
-        self.block_offsets = torch.arange(self.block_size, device=self.device)
-        self.draft_block_info = make_draft_block_spec_info(
-            draft_token_num=self.block_size, device=self.device
-        )
         # SGLang checked window >= block; the ring and its private pool come with the pools.
         self.window_size = get_spec().speculative_draft_window_size
         if self.window_size is not None:
@@ -121,10 +111,11 @@ class DFlashWorker(Drafting, BaseSpecWorker):
             self.block_size, self.device, tp_group, tree_nodes, off_because,
             metrics=bool(server_args.enable_metrics), tp_rank=getattr(tp_group, "rank_in_group", 0),
         )  # fmt: skip
-        if self.tree is not None:  # refuses what trees do not serve yet; the drafter's log q
+        draft_vocab = None  # a tree's: the drafter's log q
+        if self.tree is not None:  # refuses what trees do not serve yet
             model = self.draft_model  # DFlash2 and Domino draft one path
             one_path = model.candidate_selector is not None or model.prefix_gru is not None
-            self.draft_vocab = tree_verify.prepare(
+            draft_vocab = tree_verify.prepare(
                 self.tree, self.block_size, server_args, self.model_runner, one_path
             )
         self.simulated = SimulatedAcceptance.for_worker(self.tree, self.block_size, self.device)
@@ -132,6 +123,13 @@ class DFlashWorker(Drafting, BaseSpecWorker):
             self.draft_model, self.tree, self.simulated, get_parallel().tp_size,
             spec.speculative_use_block_verification,
         )  # fmt: skip
+        # The step's three phases (step/drafting.py, step/verifying.py, step/committing.py).
+        self.draft = Drafting(
+            self.model_runner, self.draft_runner, self.draft_model, self.drafter, self.block_size,
+            self.device, self.tree, draft_vocab, self.sampled_drafts,
+        )  # fmt: skip
+        self.verify = self.verify_phase()
+        self.commit = Committing(self.draft_model, self.draft_runner, self.drafter)
         if self.simulated is not None:
             logger.warning("dflash_sglang: %s: simulated acceptance, for benchmarking only; the "
                            "output is not the target's", self.simulated.describe)  # fmt: skip
@@ -158,7 +156,21 @@ class DFlashWorker(Drafting, BaseSpecWorker):
     def wants_drafter_stream(self, server_args) -> bool:
         return False
 
+    def verify_phase(self) -> Verifying:
+        """The verify phase, its acceptance rules chosen here, once (step/verifying.py)."""
+        if self.simulated is not None:  # benchmarking only
+            chain = SimulatedRule(self.tp, self.simulated)
+        else:
+            chain = ChainRule(self.tp, self.block_verification)
+        trees = None if self.tree is None else TreeRule(self.tp, self.widths, self.model_runner)
+        return Verifying(self.target_worker, self.drafter, self.widths, self.tree, chain, trees)
+
     # ---- SGLang's worker interface -----------------------------------------------------------
+
+    @property
+    def target_worker(self):
+        """SGLang's TpModelWorker of the target (as BaseSpecWorker's property reads it)."""
+        return self._target_worker
 
     @property
     def draft_worker(self):
@@ -184,6 +196,7 @@ class DFlashWorker(Drafting, BaseSpecWorker):
             self._draft_worker, memory_pool_config, req_to_token_pool, token_to_kv_pool_allocator,
             self.window_size, self.block_size, self.device,
         )  # fmt: skip
+        self.draft.window = self.window
         logger.info(
             "dflash_sglang: draft window %d: draft KV pool of %d slots (%d requests x %d), target pool %d",
             self.window_size, self.draft_runner.token_to_kv_pool.size, self.window.max_requests,
@@ -193,7 +206,7 @@ class DFlashWorker(Drafting, BaseSpecWorker):
     def init_attention_backends(self):
         self._draft_worker.init_attention_backends()
         # After the target's backends exist: hybrid targets commit their recurrent state.
-        self.commit_recurrent_state = RecurrentStateCommit(self.model_runner, self.tree is not None)
+        self.commit.recurrent_state = RecurrentStateCommit(self.model_runner, self.tree is not None)
 
     def init_cuda_graphs(self):
         # The draft runs eager for now (no decode graph); the target's verify graphs are SGLang's.
@@ -223,9 +236,10 @@ class DFlashWorker(Drafting, BaseSpecWorker):
                 return self.prefill(batch, on_publish)
             if batch.forward_mode.is_idle():
                 return self.idle(batch, on_publish)
+            penalties = self.penalty_ledger(batch)
             block = self.draft(batch, batch.spec_info, self.widths.choose(batch))
-            target_out, accepted, path_rows = self.verify(batch, block, grammar_barrier)
-            result = self.commit(batch, block, target_out, accepted, on_publish, path_rows)
+            verified = self.verify(batch, block, penalties, grammar_barrier)
+            result = self.commit(batch, block, verified, penalties, on_publish)
             self.widths.step_done()
             return result
 
@@ -293,108 +307,4 @@ class DFlashWorker(Drafting, BaseSpecWorker):
             next_draft_input=state,
             speculative_num_draft_tokens=self.block_size,
             new_seq_lens=state.new_seq_lens,
-        )
-
-    # ---- draft: step/drafting.py (the Drafting mixin) ----------------------------------------------
-
-    # ---- verify ------------------------------------------------------------------------------
-
-    def verify(self, batch, block: Block, grammar_barrier=None):
-        self.drafter.join()  # the drafts
-        size = block.tokens.shape[1]  # the verify width
-        grammar = grammar_tree(batch, block.tokens, block.tree)  # host copy of the drafts, during the verify
-        verify_input = DFlashVerifyInput(
-            draft_token=block.tokens.flatten(),
-            positions=block.positions,
-            draft_token_num=size,
-            capture_hidden_mode=CaptureHiddenMode.FULL,
-            kv_loc_plan=block.kv_plan,
-        )
-        batch.out_cache_loc = block.cache_loc
-        # The verify reads the committed prefix plus the block; restore the host lengths after.
-        committed_cpu, committed_sum = batch.seq_lens_cpu, batch.seq_lens_sum
-        batch.seq_lens_cpu = host_read_bound(batch, batch.spec_info, size)
-        batch.seq_lens_sum = int(batch.seq_lens_cpu.sum())
-        if block.tree is not None:  # nodes at seq_len + depth, each seeing its ancestors
-            tree_verify.attach(verify_input, block.tree, batch.seq_lens, batch.seq_lens_sum)
-        elif self.tree is not None:  # a tree server's plain step
-            tree_verify.attach_chain_links(verify_input, len(batch.seq_lens), size, self.device)
-        dp = dp_attention.enabled()  # attention metadata is planned after the DP padding
-        forward_batch, _ = verify_input.prepare_for_verify(batch, self.target_worker, defer_metadata_init=dp)
-        batch.seq_lens_cpu, batch.seq_lens_sum = committed_cpu, committed_sum
-        if dp:
-            dp_attention.run_eager_if_peers_differ(forward_batch, batch)
-        if size != self.widths.widest or block.tree is not None:  # graphs: the widest chain's only
-            forward_batch.can_run_decode_cuda_graph = False
-        target_out = self.target_worker.forward_batch_generation(
-            batch=None,
-            forward_batch=forward_batch,
-            is_verify=True,
-            skip_attn_backend_init=None if dp else True,  # planned above, unless deferred
-        )
-        logits = target_out.logits_output.next_token_logits
-        info = batch.sampling_info
-        if self.penalty_ledger(batch) is not None:
-            self.penalties.catch_up(batch.reqs)  # a PD decode server's requests start here
-        adjust_verify_logits(
-            logits, batch, block.tokens, self.penalties, grammar, grammar_barrier, block.tree
-        )
-        if block.tree is not None:
-            greedy = info is None or info.is_all_greedy
-            target_tokens = self.tp.predictions(
-                tree_verify.predictions(logits, info, size, batch.reqs), greedy
-            )
-            accepted, front = tree_verify.accept(block.tree, target_tokens)
-            self.widths.walked(batch.reqs, front, accepted.lengths)  # what smaller trees would take
-            kv_pool = self.model_runner.token_to_kv_pool
-            tree_verify.move_path_to_front(front, block.cache_loc, kv_pool, target_out.logits_output)
-            return target_out, accepted, front  # front[:, d]: the accepted node at depth d
-        drafts = block.tokens[:, 1:]
-        if self.simulated is not None:  # benchmarking only (width/simulated_acceptance.py)
-            accepted = self.simulated.accept(block.tokens, logits.argmax(-1).view(-1, size))
-        elif info is None or info.is_all_greedy:
-            accepted = greedy_accept(drafts, logits.argmax(-1).view(-1, size))
-        else:  # point drafts (q one-hot), or drafts sampled from the block's proposal q
-            accepted = sampled_accept(
-                drafts, logits, info, size, reqs=batch.reqs, proposal=block.proposal,
-                block_verification=self.block_verification,
-            )  # fmt: skip
-        return target_out, self.tp.accepted(accepted, greedy=info is None or info.is_all_greedy), None
-
-    # ---- commit ------------------------------------------------------------------------------
-
-    def commit(self, batch, block: Block, target_out, accepted: Acceptance, on_publish, path_rows=None):
-        lengths = accepted.lengths.to(torch.int32)
-        new_seq_lens = batch.seq_lens + lengths.to(batch.seq_lens.dtype)
-        # Hybrid targets: the accepted state lands before the publish event, as in SGLang's own
-        # workers, so nothing the scheduler orders after that event sees a stale state.
-        self.commit_recurrent_state(batch, batch.seq_lens, new_seq_lens, lengths, path_rows)
-        if on_publish is not None:
-            on_publish(new_seq_lens)  # the scheduler may plan the next step from here on
-        bonus = accepted.tokens.gather(1, (accepted.lengths - 1).unsqueeze(1)).squeeze(1)
-        # The verified token and the accepted drafts now have target features: inject them.
-        write_ids = block.draft_loc
-        logits_output = target_out.logits_output
-        hidden = logits_output.hidden_states
-        # Queued behind acceptance, ahead of the result copies and the next step's planning,
-        # which it overlaps on a GPU.
-        with self.drafter.run(hidden, write_ids, lengths):
-            self.draft_model.write_context_kv(
-                self.draft_runner.token_to_kv_pool, hidden, block.positions, write_ids, commit_lens=lengths
-            )
-        logits_output.hidden_states = None
-        if self.penalties is not None:
-            self.penalties.commit(batch.req_pool_indices, accepted.tokens, lengths)
-        width = block.tokens.shape[1]
-        attach_request_outputs(batch, logits_output, accepted.tokens, lengths, width)
-        return GenerationBatchResult(
-            logits_output=logits_output,
-            next_token_ids=accepted.tokens.flatten(),
-            accept_lens=lengths,
-            can_run_cuda_graph=target_out.can_run_cuda_graph,
-            next_draft_input=DFlashDraftState.create(bonus, new_seq_lens),
-            speculative_num_draft_tokens=width,  # the row stride of next_token_ids
-            new_seq_lens=new_seq_lens,
-            routed_experts_output=target_out.routed_experts_output,
-            indexer_topk_output=target_out.indexer_topk_output,
         )

@@ -1,6 +1,9 @@
-"""The parts the decode step calls (worker.py): each concern behind one small call.
+"""The parts the decode step calls (worker.py): its three phases, and each concern behind one
+small call.
 
-    drafting.py         the draft phase (the Drafting mixin): drafter forward, argmax chain or tree
+    drafting.py         the draft phase: drafter forward, a chain (argmax or sampled) or a tree
+    verifying.py        the verify phase: target forward, the acceptance rule chosen at startup
+    committing.py       the commit phase: publish, inject the committed features, the bonus token
     hybrid.py           Qwen3.5/3.6 targets: the recurrent-state commit after verify
     draft_window.py     --speculative-draft-window-size: the drafter's KV in a ring of W + B
     tp_agreement.py     --tp-size: the draft TP scope; every rank commits rank 0's tokens

@@ -14,6 +14,7 @@ import functools
 import torch
 from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardBatch, ForwardMode
 from sglang.srt.runtime_context import get_parallel, get_spec
+from sglang.srt.speculative.draft_worker_common import make_draft_block_spec_info
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
 from ..drafter.domino import domino_block_drafts
@@ -25,13 +26,27 @@ from ..sampling.distribution import vocab_parallel_argmax, vocab_parallel_logits
 from ..sampling.sampled_drafts import draw_drafts
 from ..tree import verify as tree_verify
 from ..width.verify_width import narrow
+from .draft_window import DraftWindow
 
 
 class Drafting:
-    """The drafting half of DFlashWorker (a mixin: it reads the worker's runners and settings)."""
+    """The draft phase: one drafter forward over each request's block, and its drafts (a chain, or a
+    tree of N nodes). What it reads is given here; the draft window arrives with the pools."""
 
-    def draft(self, batch, state, width: int) -> Block:
-        with self.drafter.run():
+    def __init__(self, model_runner, draft_runner, draft_model, stream, block_size: int, device,
+                 tree=None, draft_vocab=None, sampled_drafts: bool = False):  # fmt: skip
+        self.model_runner, self.draft_runner, self.draft_model = model_runner, draft_runner, draft_model
+        self.stream = stream  # the drafter's CUDA stream (runtime/streams.py)
+        self.block_size, self.device = block_size, device
+        self.tree, self.draft_vocab = tree, draft_vocab  # tree settings, the drafter's log q
+        self.sampled_drafts = sampled_drafts  # at T > 0 (sampling/sampled_drafts.py)
+        self.mask_token_id = draft_model.config.mask_token_id
+        self.block_offsets = torch.arange(block_size, device=device)
+        self.draft_block_info = make_draft_block_spec_info(draft_token_num=block_size, device=device)
+        self.window: DraftWindow | None = None  # --speculative-draft-window-size, once pools exist
+
+    def __call__(self, batch, state, width: int) -> Block:
+        with self.stream.run():
             return self.draft_on_drafter_stream(batch, state, width)
 
     def draft_on_drafter_stream(self, batch, state, width: int) -> Block:
@@ -70,7 +85,7 @@ class Drafting:
                 self.draft_runner.req_to_token_pool.req_to_token, batch.req_pool_indices, seq_lens, draft_lens
             )
             draft_loc = self.window.slots(batch.req_pool_indices, positions)
-            bound_cpu = torch.clamp(bound_cpu, max=self.window_size)
+            bound_cpu = torch.clamp(bound_cpu, max=self.window.window)
             draft_plan = self.draft_runner.kv_index_translator.plan(
                 req_pool_indices=batch.req_pool_indices,
                 seq_lens=draft_lens,

@@ -1,0 +1,145 @@
+"""Verifying, the second phase of a DFlash decode step (worker.py runs the step).
+
+One target forward (TARGET_VERIFY) over the block the draft phase built, capturing the configured
+layers' hidden states for the commit; the verify logits adjusted as no-spec would sample them
+(penalties, grammar: sampling/verify_logits.py); then the block's acceptance rule. The rules are
+chosen once, at startup, one per kind of block:
+
+    a chain   greedy (the argmax prefix), or speculative sampling at T > 0 against point drafts or
+              drafts sampled from q, token by token or as one block (sampling/sampled_verify.py);
+              simulated acceptance instead when a benchmark asks for it (width/)
+    a tree    the walk over the target's draws at every node (tree/verify.py), the accepted path
+              moved to the front of the block's KV
+
+Every TP rank commits rank 0's decision (step/tp_agreement.py). The phase returns a `Verified`,
+which the commit phase takes whole.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode
+from sglang.srt.speculative.dflash_info import DFlashVerifyInput
+
+from ..runtime import dp_attention
+from ..runtime.block import Block
+from ..runtime.spec_info import host_read_bound
+from ..sampling.accept import Acceptance, greedy_accept
+from ..sampling.penalties import PenaltyLedger
+from ..sampling.sampled_verify import sampled_accept
+from ..sampling.verify_logits import adjust_verify_logits, grammar_tree
+from ..tree import verify as tree_verify
+from .tp_agreement import TpAgreement
+
+
+@dataclass
+class Verified:
+    target_out: object  # SGLang's GenerationBatchResult of the target forward
+    accepted: Acceptance
+    path_rows: torch.Tensor | None = None  # a tree's accepted node at each depth, [bs, depth]
+
+
+class ChainRule:
+    """A chain block's acceptance: greedy, or speculative sampling (point or sampled drafts)."""
+
+    def __init__(self, tp: TpAgreement, block_verification: bool):
+        self.tp, self.block_verification = tp, block_verification
+
+    def __call__(self, batch, block: Block, logits: torch.Tensor, target_out) -> Verified:
+        info, size = batch.sampling_info, block.tokens.shape[1]
+        greedy = info is None or info.is_all_greedy
+        drafts = block.tokens[:, 1:]
+        if greedy:
+            accepted = greedy_accept(drafts, logits.argmax(-1).view(-1, size))
+        else:  # point drafts (q one-hot), or drafts sampled from the block's proposal q
+            accepted = sampled_accept(
+                drafts, logits, info, size, reqs=batch.reqs, proposal=block.proposal,
+                block_verification=self.block_verification,
+            )  # fmt: skip
+        return Verified(target_out, self.tp.accepted(accepted, greedy=greedy))
+
+
+class SimulatedRule:
+    """Benchmarking only: acceptance drawn at set rates (width/simulated_acceptance.py)."""
+
+    def __init__(self, tp: TpAgreement, simulated):
+        self.tp, self.simulated = tp, simulated
+
+    def __call__(self, batch, block: Block, logits: torch.Tensor, target_out) -> Verified:
+        accepted = self.simulated.accept(block.tokens, logits.argmax(-1).view(-1, block.tokens.shape[1]))
+        info = batch.sampling_info
+        return Verified(target_out, self.tp.accepted(accepted, greedy=info is None or info.is_all_greedy))
+
+
+class TreeRule:
+    """A tree block's acceptance: the walk, what smaller trees would have taken, the path moved."""
+
+    def __init__(self, tp: TpAgreement, widths, model_runner):
+        self.tp, self.widths, self.model_runner = tp, widths, model_runner  # its KV pool comes later
+
+    def __call__(self, batch, block: Block, logits: torch.Tensor, target_out) -> Verified:
+        info, size = batch.sampling_info, block.tokens.shape[1]
+        greedy = info is None or info.is_all_greedy
+        predictions = tree_verify.predictions(logits, info, size, batch.reqs)
+        accepted, front = tree_verify.accept(block.tree, self.tp.predictions(predictions, greedy))
+        self.widths.walked(batch.reqs, front, accepted.lengths)
+        kv_pool = self.model_runner.token_to_kv_pool
+        tree_verify.move_path_to_front(front, block.cache_loc, kv_pool, target_out.logits_output)
+        return Verified(target_out, accepted, front)  # front[:, d]: the accepted node at depth d
+
+
+class Verifying:
+    """The verify phase: the target forward over a block, then its acceptance rule."""
+
+    def __init__(self, target_worker, stream, widths, tree, chain_rule, tree_rule: TreeRule | None):
+        self.target_worker, self.widths, self.tree = target_worker, widths, tree
+        self.stream = stream  # the drafter's (runtime/streams.py): the drafts must be there
+        self.chain_rule, self.tree_rule = chain_rule, tree_rule
+
+    def __call__(
+        self, batch, block: Block, penalties: PenaltyLedger | None, grammar_barrier=None
+    ) -> Verified:
+        self.stream.join()  # the drafts
+        grammar = grammar_tree(batch, block.tokens, block.tree)  # host copy of the drafts, during the verify
+        target_out = self.target_forward(batch, block)
+        logits = target_out.logits_output.next_token_logits
+        if penalties is not None:
+            penalties.catch_up(batch.reqs)  # a PD decode server's requests start here
+        adjust_verify_logits(logits, batch, block.tokens, penalties, grammar, grammar_barrier, block.tree)
+        rule = self.chain_rule if block.tree is None else self.tree_rule
+        return rule(batch, block, logits, target_out)
+
+    def target_forward(self, batch, block: Block):
+        """One TARGET_VERIFY forward over the block (or the tree's nodes), hidden states captured."""
+        size = block.tokens.shape[1]  # the verify width
+        verify_input = DFlashVerifyInput(
+            draft_token=block.tokens.flatten(),
+            positions=block.positions,
+            draft_token_num=size,
+            capture_hidden_mode=CaptureHiddenMode.FULL,
+            kv_loc_plan=block.kv_plan,
+        )
+        batch.out_cache_loc = block.cache_loc
+        # The verify reads the committed prefix plus the block; restore the host lengths after.
+        committed_cpu, committed_sum = batch.seq_lens_cpu, batch.seq_lens_sum
+        batch.seq_lens_cpu = host_read_bound(batch, batch.spec_info, size)
+        batch.seq_lens_sum = int(batch.seq_lens_cpu.sum())
+        if block.tree is not None:  # nodes at seq_len + depth, each seeing its ancestors
+            tree_verify.attach(verify_input, block.tree, batch.seq_lens, batch.seq_lens_sum)
+        elif self.tree is not None:  # a tree server's plain step
+            tree_verify.attach_chain_links(verify_input, len(batch.seq_lens), size, block.tokens.device)
+        dp = dp_attention.enabled()  # attention metadata is planned after the DP padding
+        forward_batch, _ = verify_input.prepare_for_verify(batch, self.target_worker, defer_metadata_init=dp)
+        batch.seq_lens_cpu, batch.seq_lens_sum = committed_cpu, committed_sum
+        if dp:
+            dp_attention.run_eager_if_peers_differ(forward_batch, batch)
+        if size != self.widths.widest or block.tree is not None:  # graphs: the widest chain's only
+            forward_batch.can_run_decode_cuda_graph = False
+        return self.target_worker.forward_batch_generation(
+            batch=None,
+            forward_batch=forward_batch,
+            is_verify=True,
+            skip_attn_backend_init=None if dp else True,  # planned above, unless deferred
+        )
