@@ -32,30 +32,32 @@ import sys, types
 from sglang.srt.plugins import load_plugins
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 load_plugins()
-args = types.SimpleNamespace(disable_overlap_schedule=sys.argv[1] == "sync")
-worker = SpeculativeAlgorithm.DFLASH.create_worker(args)
-print(worker.__module__ + "." + worker.__qualname__)
+for schedule in sys.argv[1:]:
+    args = types.SimpleNamespace(disable_overlap_schedule=schedule == "sync")
+    worker = SpeculativeAlgorithm.DFLASH.create_worker(args)
+    print(worker.__module__ + "." + worker.__qualname__)
 """
 
 
 BUILTIN = "sglang.srt.speculative.dflash_worker_v2.DFlashWorkerV2"
+OURS = {"overlap": "dflash_sglang.overlap.DFlashOverlapWorker", "sync": "dflash_sglang.worker.DFlashWorker"}
 
 
 @pytest.mark.parametrize(
-    "env,schedule,expected",
-    [({}, "overlap", "dflash_sglang.overlap.DFlashOverlapWorker"),
-     ({}, "sync", "dflash_sglang.worker.DFlashWorker"),
-     ({"DFLASH_SGLANG_WORKER": "builtin"}, "overlap", BUILTIN),
-     ({"DFLASH_SGLANG_DISABLE": "1"}, "sync", BUILTIN)],
+    "env,expected",
+    [({}, OURS),
+     ({"DFLASH_SGLANG_WORKER": "builtin"}, {"overlap": BUILTIN}),
+     ({"DFLASH_SGLANG_DISABLE": "1"}, {"sync": BUILTIN})],
 )  # fmt: skip
-def test_env_switches_select_the_worker_through_sglangs_own_plugin_loader(env, schedule, expected):
-    # A fresh interpreter: SGLang discovers the entry point and applies the hooks itself.
+def test_env_switches_select_the_worker_through_sglangs_own_plugin_loader(env, expected):
+    # A fresh interpreter an environment (the plugin reads it once, at load): SGLang discovers
+    # the entry point and applies the hooks itself; both schedules where the environment is one.
     clean = {k: v for k, v in os.environ.items() if not k.startswith("DFLASH_SGLANG")}
     out = subprocess.run(
-        [sys.executable, "-c", PROBE, schedule], env={**clean, **env}, capture_output=True, text=True
+        [sys.executable, "-c", PROBE, *expected], env={**clean, **env}, capture_output=True, text=True
     )
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.strip().splitlines()[-1] == expected
+    assert out.stdout.strip().splitlines()[-len(expected) :] == list(expected.values())
 
 
 OVERLAP_OFF = {"SGLANG_ENABLE_SPEC_V2": "", "SGLANG_ENABLE_DFLASH_SPEC_V2": ""}
