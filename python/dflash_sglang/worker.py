@@ -120,13 +120,12 @@ class DFlashWorker(BaseSpecWorker):
             )
         self.simulated = SimulatedAcceptance.for_worker(self.tree, self.block_size, self.device)
         self.sampled_drafts, self.block_verification, drafts_are = drafts_at_temperature(
-            self.draft_model, self.tree, self.simulated, get_parallel().tp_size,
-            spec.speculative_use_block_verification,
+            self.draft_model, self.tree, self.simulated, spec.speculative_use_block_verification,
         )  # fmt: skip
         # The step's three phases (step/drafting.py, step/verifying.py, step/committing.py).
         self.draft = Drafting(
-            self.model_runner, self.draft_runner, self.draft_model, self.drafter, self.block_size,
-            self.device, self.tree, draft_vocab, self.sampled_drafts,
+            self.model_runner, self.draft_runner, self.draft_model, self.drafter, self.tp,
+            self.block_size, self.device, self.tree, draft_vocab, self.sampled_drafts,
         )  # fmt: skip
         self.verify = self.verify_phase()
         self.commit = Committing(self.draft_model, self.draft_runner, self.drafter)

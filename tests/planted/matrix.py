@@ -29,8 +29,8 @@ LAW_TESTS = {
     "hybrid": "tests/server/test_hybrid_worker.py::test_the_sampled_law_with_power_through_state_commits",
 }
 REACHES = {
-    "chain": ("chain-point", "tp2", "hybrid"),
-    "sampled chain": ("chain-sampled",),
+    "chain": ("chain-point", "hybrid"),
+    "sampled chain": ("chain-sampled", "tp2"),
     "tree": ("tree",),
     "hybrid": ("hybrid",),
 }

@@ -31,6 +31,7 @@ from . import hybrid
 from .conftest import dflash_args
 from .law_case import COMPLETIONS, trained_case
 from .law_matrix import assert_every_setting_follows_the_law
+from .law_sampled import SampledDrafter
 from .pairs import HOT_SHAPE, load, reference
 
 BLOCK = 4
@@ -162,9 +163,15 @@ def test_the_sampled_law_with_real_filters_and_greedy_stays_exact(dflash, prompt
 
 def test_the_sampled_law_at_tp2_on_the_trained_pair():
     """law_case.py's trained pair, where the bugs of speculative sampling show, under the overlap
-    worker at TP=2: each rank verifies the same drafts with the same uniforms, or the law breaks."""
+    worker at TP=2, with drafts sampled from q (the default): every rank verifies rank 0's draws
+    (step/tp_agreement.py) and commits rank 0's decision, or the law breaks. The judge sums the
+    unseen drafts out (law_sampled.py); the startup line says the drafts are sampled."""
     pair, target, drafter, prompt = trained_case()
     args = [*TP2, *dflash_args(pair, drafter.block_size)]
     with SGLangServer(pair.target, args, env=WORKERS["overlap"][0]) as server:
+        assert "drafts at T > 0: sampled from the drafter's law" in server.log_path.read_text()
         path = "TP=2, overlap worker, trained pair"
-        assert_every_setting_follows_the_law(path, server, target, [prompt], n=COMPLETIONS, drafter=drafter)
+        judge_with = SampledDrafter(drafter)
+        assert_every_setting_follows_the_law(
+            path, server, target, [prompt], n=COMPLETIONS, drafter=judge_with
+        )

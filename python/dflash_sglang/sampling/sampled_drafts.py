@@ -45,15 +45,15 @@ def sampled_drafts_requested() -> bool:
     raise DFlashConfigError(f"{SAMPLED_DRAFTS_ENV}={text!r}: expected 1 (sampled) or 0 (point drafts)")
 
 
-def drafts_at_temperature(draft_model, tree, simulated, tp_size: int, block: bool) -> tuple[bool, bool, str]:
+def drafts_at_temperature(draft_model, tree, simulated, block: bool) -> tuple[bool, bool, str]:
     """Whether this server samples its drafts at temperature > 0, whether it verifies them as a
     block (`block`: SGLang's `--speculative-use-block-verification`), and the startup log's words."""
-    sampled, words = drafts_are(draft_model, tree, simulated, tp_size)
+    sampled, words = drafts_are(draft_model, tree, simulated)
     block, block_words = block_verification_for(bool(block), sampled)
     return sampled, block, words + block_words
 
 
-def drafts_are(draft_model, tree, simulated, tp_size: int) -> tuple[bool, str]:
+def drafts_are(draft_model, tree, simulated) -> tuple[bool, str]:
     """Whether this server samples its drafts at temperature > 0, and the startup log's words."""
     if not sampled_drafts_requested():
         return False, f"point drafts ({SAMPLED_DRAFTS_ENV}=0)"
@@ -63,8 +63,6 @@ def drafts_are(draft_model, tree, simulated, tp_size: int) -> tuple[bool, str]:
         why = "trees verify point drafts"
     elif simulated is not None:
         why = "simulated acceptance"
-    elif tp_size > 1:
-        why = "under tensor parallelism the ranks would need rank 0's draws"
     elif draft_model.candidate_selector is not None:
         return (
             True,

@@ -27,16 +27,18 @@ from ..sampling.sampled_drafts import draw_drafts
 from ..tree import verify as tree_verify
 from ..width.verify_width import narrow
 from .draft_window import DraftWindow
+from .tp_agreement import TpAgreement
 
 
 class Drafting:
     """The draft phase: one drafter forward over each request's block, and its drafts (a chain, or a
     tree of N nodes). What it reads is given here; the draft window arrives with the pools."""
 
-    def __init__(self, model_runner, draft_runner, draft_model, stream, block_size: int, device,
-                 tree=None, draft_vocab=None, sampled_drafts: bool = False):  # fmt: skip
+    def __init__(self, model_runner, draft_runner, draft_model, stream, tp: TpAgreement, block_size: int,
+                 device, tree=None, draft_vocab=None, sampled_drafts: bool = False):  # fmt: skip
         self.model_runner, self.draft_runner, self.draft_model = model_runner, draft_runner, draft_model
         self.stream = stream  # the drafter's CUDA stream (runtime/streams.py)
+        self.tp = tp  # sampled drafts: every TP rank verifies rank 0's draws
         self.block_size, self.device = block_size, device
         self.tree, self.draft_vocab = tree, draft_vocab  # tree settings, the drafter's log q
         self.sampled_drafts = sampled_drafts  # at T > 0 (sampling/sampled_drafts.py)
@@ -134,7 +136,9 @@ class Drafting:
         info = batch.sampling_info
         sample = self.sampled_drafts and info is not None and not info.is_all_greedy
         if selector is None and sample:
-            return draw_drafts(hidden, logits_of, info, self.model_runner.model_config.vocab_size, batch.reqs)
+            vocab = self.model_runner.model_config.vocab_size
+            drafts, proposal = draw_drafts(hidden, logits_of, info, vocab, batch.reqs)
+            return self.tp.sampled_drafts(drafts), proposal
         if selector is None:
             return vocab_parallel_argmax(hidden.flatten(0, 1), lm_head, group).view(hidden.shape[:2]), None
         values, ids = vocab_parallel_topk(hidden.flatten(0, 1), lm_head, selector.top_k, group)
@@ -142,7 +146,8 @@ class Drafting:
         config = self.draft_model.config
         values, ids = values.view(shape), ids.view(shape)
         if sample:  # SGLang's sampled walk over the lattice
-            return sampled_walk(selector, config, values, ids, hidden, verified, info)
+            drafts, proposal = sampled_walk(selector, config, values, ids, hidden, verified, info)
+            return self.tp.sampled_drafts(drafts), proposal
         return walk_candidates(selector, config, values, ids, hidden, verified), None
 
     def tree_block(self, batch, verified, hidden, host_lens, width: int) -> Block:

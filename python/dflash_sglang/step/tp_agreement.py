@@ -57,6 +57,12 @@ class TpAgreement:
         site = SpecTpSyncSite.DFLASH_ACCEPT_GREEDY if greedy else SpecTpSyncSite.DFLASH_ACCEPT_SAMPLE
         return self.sync.sync(site, target_tokens) if self.sync.enabled(site) else target_tokens
 
+    def sampled_drafts(self, drafts: torch.Tensor) -> torch.Tensor:
+        """Rank 0's sampled drafts on every rank (SGLang's site for its selector's draws): the
+        verify forward must read one block on every rank, and rank 0's q is the law they were drawn
+        from (the other ranks' acceptance is rank 0's, above)."""
+        return self.sync.sync(SpecTpSyncSite.DFLASH_SELECTOR, drafts.contiguous())
+
     def first_tokens(self, next_token_ids: torch.Tensor) -> torch.Tensor:
         """Rank 0's prefill tokens (sampled by the target's sampler) on every rank."""
         return self.sync.sync(SpecTpSyncSite.DFLASH_TARGET, next_token_ids)
