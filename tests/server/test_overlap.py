@@ -139,10 +139,10 @@ def test_staggered_mixed_length_requests_with_aborts_equal_nospec(server, prompt
 
 PLANTED_PLUGIN = '''
 """A second SGLang plugin that plants a host sync in the DFlash step: it reads the accept
-lengths on the host right after acceptance."""
-import dflash_sglang.worker as worker
+lengths on the host right after acceptance (the verify phase's greedy rule calls it)."""
+import dflash_sglang.step.verifying as verifying
 
-_accept = worker.greedy_accept
+_accept = verifying.greedy_accept
 
 
 def accept_then_read_on_host(drafts, target_tokens):
@@ -152,7 +152,7 @@ def accept_then_read_on_host(drafts, target_tokens):
 
 
 def register():
-    worker.greedy_accept = accept_then_read_on_host
+    verifying.greedy_accept = accept_then_read_on_host
 '''
 
 
