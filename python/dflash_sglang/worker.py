@@ -47,7 +47,7 @@ from .sampling.penalties import PenaltyLedger, PenaltyParams
 from .sampling.prewarm import prewarm_sampled_verify
 from .sampling.sampled_drafts import drafts_at_temperature
 from .step.committing import Committing
-from .step.draft_window import DraftWindow, allocate_window_pool, refuse_unsupported_setups
+from .step.draft_window import allocate_window_pool, refuse_unsupported_setups
 from .step.drafting import Drafting
 from .step.hybrid import RecurrentStateCommit
 from .step.tp_agreement import TpAgreement, draft_scope
@@ -101,7 +101,6 @@ class DFlashWorker(BaseSpecWorker):
         self.window_size = get_spec().speculative_draft_window_size
         if self.window_size is not None:
             refuse_unsupported_setups(server_args, self.window_size)
-        self.window: DraftWindow | None = None
         self.drafter = DrafterStream(self.device, enabled=self.wants_drafter_stream(server_args))
         # How much of each block (or how many tree nodes) a step verifies (width/verify_width.py).
         tree_nodes = self.tree.width if self.tree else None
@@ -191,15 +190,14 @@ class DFlashWorker(BaseSpecWorker):
                 token_to_kv_pool_allocator=token_to_kv_pool_allocator,
             )
             return
-        self.window = allocate_window_pool(
+        window = self.draft.window = allocate_window_pool(
             self._draft_worker, memory_pool_config, req_to_token_pool, token_to_kv_pool_allocator,
             self.window_size, self.block_size, self.device,
         )  # fmt: skip
-        self.draft.window = self.window
         logger.info(
             "dflash_sglang: draft window %d: draft KV pool of %d slots (%d requests x %d), target pool %d",
-            self.window_size, self.draft_runner.token_to_kv_pool.size, self.window.max_requests,
-            self.window.ring, self.model_runner.token_to_kv_pool.size,
+            self.window_size, self.draft_runner.token_to_kv_pool.size, window.max_requests,
+            window.ring, self.model_runner.token_to_kv_pool.size,
         )  # fmt: skip
 
     def init_attention_backends(self):
@@ -265,11 +263,12 @@ class DFlashWorker(BaseSpecWorker):
             self.model_runner.prefill_attention_backend_str, prefix_lens, extend_lens, sum(batch.extend_lens)
         )
         hidden = result.logits_output.hidden_states
-        if self.window is None:
+        window = self.draft.window  # the drafter's ring, with --speculative-draft-window-size
+        if window is None:
             write_ids = kv_plan.write_ids(self.draft_runner.kv_index_translator)
         else:
-            self.window.begin_requests(batch)
-            write_ids = self.window.prefill_slots(
+            window.begin_requests(batch)
+            write_ids = window.prefill_slots(
                 batch.req_pool_indices, batch.seq_lens, extend_lens, positions, sum(batch.extend_lens)
             )
         with self.drafter.run(hidden, positions, write_ids):
