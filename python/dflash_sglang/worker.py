@@ -50,6 +50,7 @@ from .step.committing import Committing
 from .step.draft_window import allocate_window_pool, refuse_unsupported_setups
 from .step.drafting import Drafting
 from .step.hybrid import RecurrentStateCommit
+from .step.ragged import ragged_off_because
 from .step.tp_agreement import TpAgreement, draft_scope
 from .step.verifying import ChainRule, SimulatedRule, TreeRule, Verifying
 from .tree import verify as tree_verify
@@ -102,13 +103,21 @@ class DFlashWorker(BaseSpecWorker):
         if self.window_size is not None:
             refuse_unsupported_setups(server_args, self.window_size)
         self.drafter = DrafterStream(self.device, enabled=self.wants_drafter_stream(server_args))
-        # How much of each block (or how many tree nodes) a step verifies (width/verify_width.py).
+        self.simulated = SimulatedAcceptance.for_worker(self.tree, self.block_size, self.device)
+        self.sampled_drafts, self.block_verification, drafts_are = drafts_at_temperature(
+            self.draft_model, self.tree, self.simulated, spec.speculative_use_block_verification,
+        )  # fmt: skip
+        # How much of each block (or how many tree nodes) a step verifies (width/verify_width.py),
+        # for the whole batch or request by request (step/ragged.py).
         tree_nodes = self.tree.width if self.tree else None
         off_because = adaptive_default_off_because(self.model_runner)
         tp_group = get_parallel().tp_group
         self.widths = VerifyWidth(
             self.block_size, self.device, tp_group, tree_nodes, off_because,
             metrics=bool(server_args.enable_metrics), tp_rank=getattr(tp_group, "rank_in_group", 0),
+            ragged_off_because=ragged_off_because(
+                self.model_runner, self.tree, self.block_verification, self.simulated
+            ),
         )  # fmt: skip
         draft_vocab = None  # a tree's: the drafter's log q
         if self.tree is not None:  # refuses what trees do not serve yet
@@ -117,10 +126,6 @@ class DFlashWorker(BaseSpecWorker):
             draft_vocab = tree_verify.prepare(
                 self.tree, self.block_size, server_args, self.model_runner, one_path
             )
-        self.simulated = SimulatedAcceptance.for_worker(self.tree, self.block_size, self.device)
-        self.sampled_drafts, self.block_verification, drafts_are = drafts_at_temperature(
-            self.draft_model, self.tree, self.simulated, spec.speculative_use_block_verification,
-        )  # fmt: skip
         # The step's three phases (step/drafting.py, step/verifying.py, step/committing.py).
         self.draft = Drafting(
             self.model_runner, self.draft_runner, self.draft_model, self.drafter, self.tp,

@@ -132,4 +132,12 @@ BUGS = {
         "sampled drafts: q normalised over the whole vocabulary, not over its filter's kept set",
         "sampled chain",
     ),
+    "ragged_bonus_from_residual": Bug(
+        SAMPLED_VERIFY,
+        "q_at = q_at * (accepted < draft_counts).unsqueeze(1)",
+        "q_at = q_at * 1",
+        "per-request lengths, sampled drafts: a request that kept all its own drafts draws its bonus "
+        "from the residual of its next draft, not from p",
+        "ragged",
+    ),
 }

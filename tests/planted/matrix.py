@@ -27,12 +27,15 @@ LAW_TESTS = {
     "tp2": "tests/server/test_tp.py::test_the_sampled_law_at_tp2_on_the_trained_pair",
     "tree": "tests/server/test_tree.py::test_the_sampled_law_of_a_tree_on_the_trained_pair",
     "hybrid": "tests/server/test_hybrid_worker.py::test_the_sampled_law_with_power_through_state_commits",
+    "ragged": "tests/server/test_verify_width.py::"
+    "test_the_sampled_law_with_real_filters_across_forced_request_lengths",
 }
 REACHES = {
     "chain": ("chain-point", "hybrid"),
-    "sampled chain": ("chain-sampled", "tp2"),
+    "sampled chain": ("chain-sampled", "tp2", "ragged"),
     "tree": ("tree",),
     "hybrid": ("hybrid",),
+    "ragged": ("ragged",),
 }
 
 

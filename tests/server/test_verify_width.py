@@ -1,14 +1,18 @@
 """Lossless across verify widths (width/verify_width.py): `DFLASH_SGLANG_VERIFY_WIDTHS` forces every
 decode step's width through a changing cycle, whole block, plain decoding (width 1) and partial
-blocks in turn, so consecutive steps switch width, per step, across the batch.
+blocks in turn, so consecutive steps switch width, per step, across the batch; and
+`DFLASH_SGLANG_FORCED_REQUEST_LENGTHS` forces per-request lengths through the same cycle, request i
+of step s at cycle[(s + i) % 8], so every batch mixes lengths in one ragged verify (step/ragged.py).
 
-- dense target (block 8), overlap and sync workers: prompts one at a time, 8 concurrent and a
-  radix hit equal the engine-free reference (the target's greedy output);
+- dense target (block 8), the sync worker with the width cycle, the overlap worker with the
+  per-request cycle: prompts one at a time, 8 concurrent and a radix hit equal the engine-free
+  reference (the target's greedy output);
 - the adaptive width, as a server launched without the switch gets it on CPU (the default where no
   verify has a graph; the session pins `DFLASH_SGLANG_ADAPTIVE_WIDTH=0` for every other server),
   overlap worker: outputs equal the reference while the policy picks widths from what it measures
   (past REPORT_EVERY steps), and the log says it is the default and shows what ran;
-- under the overlap worker (host-sync check on), forced and adaptive, sampled requests at
+- under the overlap worker (host-sync check on), forced per-request lengths and adaptive (which
+  verifies per-request lengths where it is not exploring), sampled requests at
   law_matrix.SETTINGS (temperatures, filters, a penalty) follow the target's law, controls fail;
 Hybrid (Gated DeltaNet) targets commit their recurrent state at every width in
 test_hybrid_worker.py, whose extra_buffer_lazy and no_buffer servers run forced width cycles.
@@ -23,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from dflash_sglang.width.verify_width import ADAPTIVE_ENV, REPORT_EVERY, WIDTHS_ENV
+from dflash_sglang.width.verify_width import ADAPTIVE_ENV, FORCED_LENGTHS_ENV, REPORT_EVERY, WIDTHS_ENV
 from dflash_sglang_tools.testing.server import SGLangServer
 
 from .broken_drafters import drafter, drafter_weights
@@ -34,7 +38,8 @@ from .pairs import load, reference, word_prompts
 BLOCK = 8
 MAX_NEW = 32
 CYCLE = "8,1,4,2,8,3,1,6"
-WORKERS = {"overlap": OVERLAP_CHECKED, "sync": PLAIN}
+WORKERS = {"overlap-per-request": (OVERLAP_CHECKED, FORCED_LENGTHS_ENV), "sync": (PLAIN, WIDTHS_ENV)}
+STARTUP = {FORCED_LENGTHS_ENV: "forced per-request lengths", WIDTHS_ENV: "forced cycle"}
 
 
 @pytest.fixture(scope="module")
@@ -49,14 +54,15 @@ def prompt_ids(pair):
 
 @pytest.fixture(scope="module", params=sorted(WORKERS))
 def server(request, pair):
-    env = {**WORKERS[request.param], WIDTHS_ENV: CYCLE}
-    with SGLangServer(pair.target, dflash_args(pair, BLOCK), env=env) as server:
-        server.kind = request.param
+    worker, switch = WORKERS[request.param]
+    with SGLangServer(pair.target, dflash_args(pair, BLOCK), env={**worker, switch: CYCLE}) as server:
+        server.kind, server.switch = request.param, switch
         yield server
 
 
 def test_the_startup_log_names_the_forced_cycle(server):
-    assert f"verify width forced cycle [{CYCLE.replace(',', ', ')}]" in server.log_path.read_text()
+    cycle = CYCLE.replace(",", ", ")
+    assert f"verify width {STARTUP[server.switch]} [{cycle}]" in server.log_path.read_text()
 
 
 def test_greedy_equals_the_reference_alone_concurrently_and_on_a_radix_hit(pair, server, prompt_ids):
@@ -104,17 +110,19 @@ def reported_widths(log: str) -> list[dict]:
     return [ast.literal_eval(line.split(marker, 1)[1].strip()) for line in log.splitlines() if marker in line]
 
 
-@pytest.mark.parametrize("server", ["overlap"], indirect=True)
-def test_the_sampled_law_with_real_filters_across_a_forced_width_cycle(pair, server, prompt_ids):
-    """law_matrix.SETTINGS in one mixed batch, so every width of the cycle samples."""
+@pytest.mark.parametrize("server", ["overlap-per-request"], indirect=True)
+def test_the_sampled_law_with_real_filters_across_forced_request_lengths(pair, server, prompt_ids):
+    """law_matrix.SETTINGS in one mixed batch, so every length of the cycle samples, ragged."""
     _, target, _ = load(pair.target, pair.draft)
-    assert_every_setting_follows_the_law("chain, forced width cycle", server, target, prompt_ids)
+    assert_every_setting_follows_the_law("chain, forced per-request lengths", server, target, prompt_ids)
 
 
 def test_the_sampled_law_with_real_filters_under_the_adaptive_width(pair, adaptive, prompt_ids):
     """law_matrix.SETTINGS in one mixed batch, at whatever widths the policy picks."""
     _, target, _ = load(pair.target, pair.draft)
-    assert_every_setting_follows_the_law("chain, adaptive width", adaptive, target, prompt_ids)
+    assert_every_setting_follows_the_law(
+        "chain, adaptive width (per-request lengths)", adaptive, target, prompt_ids
+    )
 
 
 def test_a_drafter_that_never_fits_drives_the_adaptive_width_to_plain_decoding(pair, adaptive, prompt_ids):

@@ -218,10 +218,14 @@ def forward_target_verify(backend, q, k, v, layer, forward_batch, save_kv_cache=
     if layer.is_cross_attention:
         raise NotImplementedError("dflash_sglang CPU TARGET_VERIFY: cross attention is not supported")
     _save_kv(backend, layer, forward_batch, k, v, save_kv_cache)
-    n = tokens_per_request(forward_batch, q.reshape(-1, layer.tp_q_head_num, layer.qk_head_dim).shape[0])
     # As SGLang's extend path: the window applies to causal (decoder) layers only.
     causal = layer.attn_type != AttentionType.ENCODER_ONLY
-    query_lens = [n] * forward_batch.batch_size
+    ragged = getattr(forward_batch.spec_info, "ragged_verify_layout", None)  # per-request lengths
+    if ragged is not None:
+        query_lens = list(ragged.verify_lens_cpu)
+    else:
+        n = tokens_per_request(forward_batch, q.reshape(-1, layer.tp_q_head_num, layer.qk_head_dim).shape[0])
+        query_lens = [n] * forward_batch.batch_size
     prefix_lens = forward_batch.seq_lens
     tree_mask = getattr(forward_batch.spec_info, "custom_mask", None)  # a tree verify (tree/verify.py)
     return _attend(

@@ -30,6 +30,7 @@ def sampled_accept(
     generator: torch.Generator | None = None,
     proposal=None,
     block_verification: bool = False,
+    draft_counts: torch.Tensor | None = None,
 ) -> Acceptance:
     """Speculative sampling against SGLang's per-request sampling law, for argmax drafts, or for
     drafts sampled from a law q (`proposal`: sampled_drafts.DraftProposal), token by token or, with
@@ -37,7 +38,9 @@ def sampled_accept(
 
     drafts: [bs, B-1]; logits: [bs * B, V] verify logits (read, not modified: the request outputs
     read them after); sampling_info: SGLang's SamplingBatchInfo (greedy rows carry top_k = 1);
-    reqs: the batch's requests, whose host-side parameters bound the top-k window.
+    reqs: the batch's requests, whose host-side parameters bound the top-k window;
+    draft_counts: [bs] each request's own number of drafts to judge (per-request verify lengths,
+    step/ragged.py): a request that keeps them all draws its bonus from p at its own last position.
     """
     if proposal is not None and proposal.q_draft.shape[1] == 0:
         proposal = None  # no draft to judge (a width-1 step that drafted): the token comes from p
@@ -46,19 +49,24 @@ def sampled_accept(
     bs, n_draft = drafts.shape
     uniform = torch.rand((bs, n_draft), generator=generator, device=logits.device, dtype=torch.float32)
     if proposal is None:
-        accepted = accepted_prefix_length(uniform < p_draft)
-        final = final_probs(law, logits, drafts, accepted, p_draft)
-    elif block_verification:
+        accepted = within(accepted_prefix_length(uniform < p_draft), draft_counts)
+        final = final_probs(law, logits, drafts, accepted, p_draft, draft_counts)
+    elif block_verification:  # whole blocks only (worker.ragged_off_because)
         weights = prefix_weights(p_draft, proposal.q_draft)
         accepted = accepted_block_length(weights, residual_masses(law, logits, proposal, weights), uniform)
         final = sampled_final_probs(law, logits, proposal, accepted, weights.gather(1, accepted.unsqueeze(1)))
     else:  # accept with min(1, p / q): u q < p
-        accepted = accepted_prefix_length(uniform * proposal.q_draft < p_draft)
-        final = sampled_final_probs(law, logits, proposal, accepted)
+        accepted = within(accepted_prefix_length(uniform * proposal.q_draft < p_draft), draft_counts)
+        final = sampled_final_probs(law, logits, proposal, accepted, draft_counts=draft_counts)
     extra = torch.multinomial(final, 1, generator=generator)
     tokens = torch.cat([drafts, drafts.new_zeros(bs, 1)], dim=1)
     tokens.scatter_(1, accepted.unsqueeze(1), extra)
     return Acceptance(accepted + 1, tokens)
+
+
+def within(accepted: torch.Tensor, draft_counts: torch.Tensor | None) -> torch.Tensor:
+    """The accepted drafts, at most each request's own count."""
+    return accepted if draft_counts is None else torch.minimum(accepted, draft_counts)
 
 
 def draft_probs(law: RowLaw, logits: torch.Tensor, drafts: torch.Tensor) -> torch.Tensor:
@@ -71,8 +79,9 @@ def draft_probs(law: RowLaw, logits: torch.Tensor, drafts: torch.Tensor) -> torc
 
 
 def final_probs(
-    law: RowLaw, logits: torch.Tensor, drafts: torch.Tensor, accepted: torch.Tensor, p_draft: torch.Tensor
-) -> torch.Tensor:
+    law: RowLaw, logits: torch.Tensor, drafts: torch.Tensor, accepted: torch.Tensor, p_draft: torch.Tensor,
+    draft_counts: torch.Tensor | None = None,
+) -> torch.Tensor:  # fmt: skip
     """[bs, V]: the law of the one token the target adds at position `accepted` of each request."""
     bs, n_draft = drafts.shape
     row = torch.arange(bs, device=logits.device) * (n_draft + 1) + accepted  # [bs] flat row ids
@@ -84,7 +93,8 @@ def final_probs(
     padded = torch.cat([drafts, drafts.new_zeros(bs, 1)], dim=1)
     d_at = padded.gather(1, accepted.unsqueeze(1))
     p_at = torch.cat([p_draft, p_draft.new_ones(bs, 1)], dim=1).gather(1, accepted.unsqueeze(1))
-    drop = (accepted.unsqueeze(1) < n_draft) & (p_at < 1.0)
+    last = n_draft if draft_counts is None else draft_counts.unsqueeze(1)  # the bonus position
+    drop = (accepted.unsqueeze(1) < last) & (p_at < 1.0)
     log_p.scatter_(1, d_at, torch.where(drop, float("-inf"), log_p.gather(1, d_at)))
     return torch.softmax(log_p, dim=-1)
 
@@ -110,8 +120,9 @@ def residual_masses(law: RowLaw, logits: torch.Tensor, proposal, weights: torch.
 
 
 def sampled_final_probs(
-    law: RowLaw, logits: torch.Tensor, proposal, accepted: torch.Tensor, weight: torch.Tensor | None = None
-) -> torch.Tensor:
+    law: RowLaw, logits: torch.Tensor, proposal, accepted: torch.Tensor, weight: torch.Tensor | None = None,
+    draft_counts: torch.Tensor | None = None,
+) -> torch.Tensor:  # fmt: skip
     """[bs, V]: as final_probs, for sampled drafts: normalise(max(w p_a - q_a, 0)) after a
     rejection at a (w = 1 token by token; block verification's prefix weight `weight` [bs, 1]),
     p itself at the bonus position."""
@@ -119,4 +130,6 @@ def sampled_final_probs(
     p_at = target_rows(law, logits, accepted, n_draft)
     q_at = proposal.rows(accepted.clamp_max(n_draft - 1), p_at.shape[-1])
     weight = torch.ones_like(accepted, dtype=p_at.dtype) if weight is None else weight.view(-1)
+    if draft_counts is not None:  # a request that kept all its own drafts: its bonus, from p
+        q_at = q_at * (accepted < draft_counts).unsqueeze(1)
     return final_law(weight, p_at, q_at, accepted >= n_draft)

@@ -31,6 +31,7 @@ from ..sampling.penalties import PenaltyLedger
 from ..sampling.sampled_verify import sampled_accept
 from ..sampling.verify_logits import adjust_verify_logits, grammar_tree
 from ..tree import verify as tree_verify
+from . import ragged
 from .tp_agreement import TpAgreement
 
 
@@ -47,16 +48,19 @@ class ChainRule:
     def __init__(self, tp: TpAgreement, block_verification: bool):
         self.tp, self.block_verification = tp, block_verification
 
-    def __call__(self, batch, block: Block, logits: torch.Tensor, target_out) -> Verified:
+    def __call__(self, batch, block: Block, logits: torch.Tensor, target_out, rows=None) -> Verified:
+        """rows: per-request lengths (step/ragged.py), each request judged within its own."""
         info, size = batch.sampling_info, block.tokens.shape[1]
         greedy = info is None or info.is_all_greedy
         drafts = block.tokens[:, 1:]
         if greedy:
-            accepted = greedy_accept(drafts, logits.argmax(-1).view(-1, size))
+            capped = drafts if rows is None else ragged.cap_drafts(drafts, rows.lengths)
+            accepted = greedy_accept(capped, logits.argmax(-1).view(-1, size))
         else:  # point drafts (q one-hot), or drafts sampled from the block's proposal q
             accepted = sampled_accept(
                 drafts, logits, info, size, reqs=batch.reqs, proposal=block.proposal,
                 block_verification=self.block_verification,
+                draft_counts=None if rows is None else rows.lengths - 1,
             )  # fmt: skip
         return Verified(target_out, self.tp.accepted(accepted, greedy=greedy))
 
@@ -103,17 +107,35 @@ class Verifying:
     ) -> Verified:
         self.stream.join()  # the drafts
         grammar = grammar_tree(batch, block.tokens, block.tree)  # host copy of the drafts, during the verify
-        target_out = self.target_forward(batch, block)
+        lengths = self.widths.lengths  # per-request lengths, or None: the whole block for all
+        if lengths is None:
+            target_out = self.target_forward(batch, block)
+            rows = None
+        else:
+            rows = ragged.ragged_rows(lengths.lengths, block.tokens.shape[1], block.tokens.device)
+            target_out = self.ragged_forward(batch, block, rows)
         logits = target_out.logits_output.next_token_logits
         if penalties is not None:
             penalties.catch_up(batch.reqs)  # a PD decode server's requests start here
         adjust_verify_logits(logits, batch, block.tokens, penalties, grammar, grammar_barrier, block.tree)
-        rule = self.chain_rule if block.tree is None else self.tree_rule
-        return rule(batch, block, logits, target_out)
+        if block.tree is not None:
+            return self.tree_rule(batch, block, logits, target_out)
+        return self.chain_rule(batch, block, logits, target_out, rows)
 
-    def target_forward(self, batch, block: Block):
-        """One TARGET_VERIFY forward over the block (or the tree's nodes), hidden states captured."""
-        size = block.tokens.shape[1]  # the verify width
+    def ragged_forward(self, batch, block: Block, rows):
+        """The verify forward over each request's first L_i positions; its outputs in the block's
+        rows (step/ragged.py)."""
+        kept = ragged.ragged_block(block, rows, batch, self.target_worker.model_runner.kv_index_translator)
+        target_out = self.target_forward(batch, kept, ragged.layout(rows, block.tokens.device))
+        out = target_out.logits_output
+        out.next_token_logits = ragged.scatter_back(out.next_token_logits, rows)
+        out.hidden_states = ragged.scatter_back(out.hidden_states, rows)
+        return target_out
+
+    def target_forward(self, batch, block: Block, layout=None):
+        """One TARGET_VERIFY forward over the block (or the tree's nodes), hidden states captured;
+        with a ragged `layout`, over its flat tokens (ragged_forward)."""
+        size = block.tokens.shape[1] if layout is None else max(layout.verify_lens_cpu)
         verify_input = DFlashVerifyInput(
             draft_token=block.tokens.flatten(),
             positions=block.positions,
@@ -121,6 +143,7 @@ class Verifying:
             capture_hidden_mode=CaptureHiddenMode.FULL,
             kv_loc_plan=block.kv_plan,
         )
+        verify_input.ragged_verify_layout = layout
         batch.out_cache_loc = block.cache_loc
         # The verify reads the committed prefix plus the block; restore the host lengths after.
         committed_cpu, committed_sum = batch.seq_lens_cpu, batch.seq_lens_sum
@@ -135,7 +158,8 @@ class Verifying:
         batch.seq_lens_cpu, batch.seq_lens_sum = committed_cpu, committed_sum
         if dp:
             dp_attention.run_eager_if_peers_differ(forward_batch, batch)
-        if size != self.widths.widest or block.tree is not None:  # graphs: the widest chain's only
+        # Graphs: the widest uniform chain's only.
+        if size != self.widths.widest or block.tree is not None or layout is not None:
             forward_batch.can_run_decode_cuda_graph = False
         return self.target_worker.forward_batch_generation(
             batch=None,

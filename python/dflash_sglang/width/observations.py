@@ -66,9 +66,10 @@ class RequestAcceptance:
         """The drafts the server's recent steps accept a step at the whole block (pooled)."""
         return self.pooled.expected_tokens(self.positions + 1) - 1
 
-    def verified(self, reqs, width: int) -> None:
-        for req in reqs:
-            self._entry(req)[2].append(width)
+    def verified(self, reqs, width: int, lengths: Sequence[int] | None = None) -> None:
+        """The width each request's step verified at (its own length, with per-request lengths)."""
+        for i, req in enumerate(reqs):
+            self._entry(req)[2].append(width if lengths is None else lengths[i])
 
 
 class StepTimes:
@@ -95,8 +96,10 @@ class StepTimes:
         self.cached: dict[int, list] = {}
         self.key_cache: dict[tuple[int, int], tuple[float, int, float]] = {}
 
-    def start(self, batch_size: int, width: int):
-        key = (batch_size, width)
+    def start(self, batch_size: int, width: int, tokens: int | None = None):
+        """A step of `width` a request, or of `tokens` verify tokens in all (per-request lengths:
+        then priced at the nearest whole width by batch size, and by its own tokens)."""
+        key = (batch_size, width, tokens or batch_size * width)
         if not self.on_gpu and self.stopped_at is not None:
             self.gaps.append(time.perf_counter() - self.stopped_at)
         if self.on_gpu:
@@ -112,17 +115,18 @@ class StepTimes:
             end.record()
             self.open.append((key, start, end))
             while self.open and self.open[0][2].query():  # finished steps only: never wait
-                key, start, end = self.open.popleft()
-                self.record(*key, start.elapsed_time(end) / 1000)
+                (batch_size, width, tokens), start, end = self.open.popleft()
+                self.record(batch_size, width, start.elapsed_time(end) / 1000, tokens)
         else:
             self.stopped_at = time.perf_counter()
-            self.record(*key, self.stopped_at - start)
+            batch_size, width, tokens = key
+            self.record(batch_size, width, self.stopped_at - start, tokens)
 
-    def record(self, batch_size: int, width: int, seconds: float) -> None:
+    def record(self, batch_size: int, width: int, seconds: float, tokens: int | None = None) -> None:
         if width == 1:
             self.add(self.plain, batch_size, seconds)
         else:
-            self.add(self.seconds, batch_size * width, seconds)
+            self.add(self.seconds, tokens or batch_size * width, seconds)
             self.add(self.by_batch.setdefault(batch_size, {}), width, seconds)
 
     def add(self, table: dict, count: int, seconds: float) -> None:

@@ -38,12 +38,15 @@ from ..runtime.block import block_kv_plan
 from ..tree.budgets import TreeAcceptance, tree_widths
 from .observations import RequestAcceptance, StepTimes
 from .policy import plain_could_win, pool_forget, ranked_widths, worth_a_look
+from .request_lengths import RequestLengths, forced_lengths, request_lengths
 from .signal import WidthSignal
 
 logger = logging.getLogger(__name__)
 
 WIDTHS_ENV = "DFLASH_SGLANG_VERIFY_WIDTHS"
 ADAPTIVE_ENV = "DFLASH_SGLANG_ADAPTIVE_WIDTH"
+LENGTHS_ENV = "DFLASH_SGLANG_REQUEST_LENGTHS"  # per-request lengths, with the adaptive width
+FORCED_LENGTHS_ENV = "DFLASH_SGLANG_FORCED_REQUEST_LENGTHS"  # "1,4,8": a testing cycle
 REPORT_EVERY = 100  # steps between log lines of the widths that ran (SGLang logs decode every 40)
 # Every so many adaptive steps, the best-rated candidate wider than the choice: a step verifies
 # only its own width's drafts (and is timed at its own width), so without it a policy that settled
@@ -123,9 +126,11 @@ class VerifyWidth:
     def __init__(
         self, block_size: int, device="cpu", tp_group=None, tree_nodes: int | None = None,
         default_off_because: str | None = "", metrics: bool = False, tp_rank: int = 0,
+        ragged_off_because: str | None = "per-request lengths not asked for",
     ):  # fmt: skip
         """default_off_because: why the adaptive width is off unless asked for (None: on unless
-        asked off; adaptive_default_off_because); metrics: SGLang's --enable-metrics."""
+        asked off; adaptive_default_off_because); metrics: SGLang's --enable-metrics;
+        ragged_off_because: why this server cannot verify per-request lengths (None: it can)."""
         self.widest, self.tp_group = tree_nodes or block_size, tp_group
         self.pattern = forced_widths(self.widest)
         self.adaptive = not self.pattern and adaptive_requested(by_default=default_off_because is None)
@@ -142,22 +147,37 @@ class VerifyWidth:
         self.signal = WidthSignal(metrics, tp_rank) if self.adaptive else None
         self.steps, self.ran, self.step_started, self.ran_widest = 0, Counter(), None, 0
         self.probed: set[int] = set()  # batch sizes the widest has been chosen at
+        # Per-request lengths (width/request_lengths.py): the adaptive choice's exploiting steps,
+        # or a forced testing cycle; `lengths` is the current step's, None where it is uniform.
+        self.forced_lengths = forced_request_lengths(self.widest, ragged_off_because)
+        self.per_request = self.adaptive and not tree_nodes and per_request_requested(ragged_off_because)
+        self.ragged_off_because = ragged_off_because
+        self.lengths: RequestLengths | None = None
         self.last_view = None  # (batch size, the ranked estimates) of the latest adaptive choice
 
     @property
     def describe(self) -> str:
+        if self.forced_lengths:
+            return f"forced per-request lengths {list(self.forced_lengths)}"
         if self.pattern:
             return f"forced cycle {list(self.pattern)}"
         explicit = os.environ.get(ADAPTIVE_ENV, "").strip().lower() not in ("", "default")
         if self.adaptive:
-            return "adaptive" if explicit else f"adaptive (the default here; {ADAPTIVE_ENV}=0 turns it off)"
+            how = "adaptive" if explicit else f"adaptive (the default here; {ADAPTIVE_ENV}=0 turns it off)"
+            if self.per_request:
+                return f"{how}, per request ({LENGTHS_ENV}=0: one width a batch)"
+            return f"{how}, one width a batch ({self.ragged_off_because})" if self.widest > 1 else how
         if explicit or not self.default_off_because:
             return "the block size"
         why = self.default_off_because
         return f"the block size (adaptive off by default: {why}; {ADAPTIVE_ENV}=1 turns it on)"
 
     def choose(self, batch) -> int:
-        if self.pattern:
+        self.lengths = None
+        if self.forced_lengths:
+            self.lengths = forced_lengths(self.forced_lengths, self.steps, len(batch.reqs), self.widest)
+            width = self.lengths.width
+        elif self.pattern:
             width = self.pattern[self.steps % len(self.pattern)]
         elif self.adaptive:
             width = self.adaptive_choice(batch)
@@ -197,13 +217,25 @@ class VerifyWidth:
                 width = self.widest
             elif self.steps % EXPLORE_EVERY == EXPLORE_EVERY - 1:
                 width = next((e.width for e in ranked if e.width > width), width)
+            if self.per_request and width == ranked[0].width:  # not exploring: each its own
+                self.lengths = request_lengths(profiles, curve, self.widest)
         if self.tp_group is not None and self.tp_group.world_size > 1:
-            width = self.tp_group.broadcast_object(width)  # rank 0's timings decide for all
-        self.ran_widest += width == self.widest  # what ran, the same on every rank
-        if width == self.widest:
-            self.probed.add(batch_size)
-        self.acceptance.verified(batch.reqs, width)
-        self.step_started = self.times.start(batch_size, width)
+            # rank 0's timings decide for all
+            width, self.lengths = self.tp_group.broadcast_object((width, self.lengths))
+        if self.lengths is not None and self.lengths.uniform:
+            width, self.lengths = self.lengths.width, None
+        elif self.lengths is not None:
+            width = self.lengths.width
+        if self.lengths is None:
+            self.ran_widest += width == self.widest  # what ran, the same on every rank
+            if width == self.widest:
+                self.probed.add(batch_size)
+            self.acceptance.verified(batch.reqs, width)
+            self.step_started = self.times.start(batch_size, width)
+        else:  # timed by its own tokens, and by batch size at the nearest whole width
+            self.acceptance.verified(batch.reqs, width, self.lengths.lengths)
+            total = self.lengths.total
+            self.step_started = self.times.start(batch_size, max(2, round(total / batch_size)), total)
         return width
 
     def walked(self, reqs, front: torch.Tensor, lengths: torch.Tensor) -> None:
@@ -216,6 +248,36 @@ class VerifyWidth:
         if self.step_started is not None:
             self.times.stop(self.step_started)
             self.step_started = None
+
+
+def per_request_requested(off_because: str | None) -> bool:
+    """The per-request lengths switch (with the adaptive width): `1` on, `0` off, unset on where
+    the path can verify them (`off_because` None), else off; `1` where it cannot fails, naming why."""
+    text = os.environ.get(LENGTHS_ENV, "").strip().lower()
+    if text in ("", "default"):
+        return off_because is None
+    if text not in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+        raise DFlashConfigError(f"{LENGTHS_ENV}={text!r}: expected 1 (on) or 0 (off)")
+    on = text in ("1", "true", "yes", "on")
+    if on and off_because is not None:
+        raise DFlashConfigError(f"{LENGTHS_ENV}=1: {off_because}")
+    return on
+
+
+def forced_request_lengths(widest: int, off_because: str | None) -> tuple[int, ...]:
+    """The forced cycle of per-request lengths (a testing switch), or () when none is set."""
+    text = os.environ.get(FORCED_LENGTHS_ENV, "").strip()
+    if not text:
+        return ()
+    try:
+        lengths = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise DFlashConfigError(f"{FORCED_LENGTHS_ENV}={text!r}: expected comma-separated integers") from None
+    if not lengths or any(not 1 <= n <= widest for n in lengths):
+        raise DFlashConfigError(f"{FORCED_LENGTHS_ENV}={text!r}: each length must be in 1..{widest}")
+    if off_because is not None:
+        raise DFlashConfigError(f"{FORCED_LENGTHS_ENV}: {off_because}")
+    return lengths
 
 
 def narrow(block, width: int, batch, translator, host_lens: torch.Tensor):

@@ -1,0 +1,85 @@
+"""Per-request verify lengths: each request in a step verifies its own number of positions.
+
+One width per batch verifies the same w positions for every request: where requests whose drafts
+fit share a batch with requests whose drafts rarely do, the good ones are cut short or the bad
+ones pay for drafts that fail. Here request i verifies L_i positions (1 <= L_i <= the block; 1 is
+plain decoding for that request), all packed into one ragged target forward (step/ragged.py),
+chosen to maximise the step's expected committed tokens per second:
+
+    rate(L) = sum_i E_i[tokens | L_i]  /  cost(bs, T / bs),   T = sum_i L_i
+
+The gain of request i's position k + 1 is s_ik = P(its first k drafts are all accepted), which
+falls with k (AcceptanceProfile). For every total T, the L with the most expected tokens takes
+the T - bs largest gains over all requests (each request's gains are taken in order, since they
+fall); the cost depends on T alone, so one pass over the sorted gains rates every T. The cost is
+the adaptive width's curve (width/policy.StepCost) at the fractional width T / bs.
+
+Nothing here touches SGLang; width/verify_width.py calls it with host-side numbers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .policy import PLAIN_MARGIN, StepCost
+
+# Rates are compared at about this many totals T (every T at small batches): a batch of 32 at
+# block 16 has 480 totals, and pricing each on the curve every step cost milliseconds of host time.
+RATED_TOTALS = 64
+
+
+@dataclass(frozen=True)
+class RequestLengths:
+    lengths: tuple[int, ...]  # each request's verify length, in batch order
+    tokens: float  # expected committed tokens of the step, all requests
+    seconds: float  # the step's estimated cost
+
+    @property
+    def width(self) -> int:
+        return max(self.lengths)
+
+    @property
+    def total(self) -> int:
+        return sum(self.lengths)
+
+    @property
+    def uniform(self) -> bool:
+        return min(self.lengths) == max(self.lengths)
+
+
+def request_lengths(
+    profiles: Sequence, cost: StepCost, widest: int, plain_margin: float = PLAIN_MARGIN
+) -> RequestLengths:
+    """The lengths with the most expected committed tokens per second, each in 1..widest (plain
+    decoding for all unless a drafted choice beats it by `plain_margin`, as ranked_widths)."""
+    bs = len(profiles)
+    gains = []  # (s_ik, request), each request's in falling order
+    for i, profile in enumerate(profiles):
+        chain = 1.0
+        for q in profile.acceptance()[: widest - 1]:
+            chain *= q
+            gains.append((chain, i))
+    gains.sort(key=lambda gain: -gain[0])  # stable: a request's equal gains keep their order
+    plain_seconds = cost.step(bs, 1)
+    best_rate, best_taken, best = (1 + plain_margin) * bs / plain_seconds, 0, (float(bs), plain_seconds)
+    stride = max(1, len(gains) // RATED_TOTALS)
+    tokens = float(bs)
+    for taken, (gain, _) in enumerate(gains, start=1):
+        tokens += gain
+        if taken % stride and taken != len(gains):
+            continue
+        seconds = cost.step(bs, 1 + taken / bs)
+        if tokens / seconds > best_rate:
+            best_rate, best_taken, best = tokens / seconds, taken, (tokens, seconds)
+    lengths = [1] * bs
+    for _, i in gains[:best_taken]:
+        lengths[i] += 1
+    return RequestLengths(tuple(lengths), *best)
+
+
+def forced_lengths(pattern: Sequence[int], step: int, batch_size: int, widest: int) -> RequestLengths:
+    """A testing cycle: request i of step s verifies pattern[(s + i) % len(pattern)] positions,
+    capped at the block, so one batch mixes lengths and each request sees every length."""
+    lengths = tuple(min(pattern[(step + i) % len(pattern)], widest) for i in range(batch_size))
+    return RequestLengths(lengths, 0.0, 0.0)
