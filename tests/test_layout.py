@@ -25,7 +25,7 @@ ENGINE_FREE = [
     "errors", "drafter.config", "drafter.model", "drafter.reference", "sampling.accept",
     "drafter.context", "drafter.conv", "drafter.domino", "drafter.generations", "drafter.laguna",
     "drafter.selector", "drafter.variants", "sampling.block_verify", "sampling.distribution",
-    "sampling.target_law", "tree.build",
+    "sampling.target_law", "tree.build", "width.request_lengths",
     "width.policy", "drafter", "sampling", "tree", "width",  # the folders' __init__ run first
 ]  # fmt: skip
 

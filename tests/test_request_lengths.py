@@ -16,8 +16,13 @@ from dflash_sglang.sampling.sampled_verify import sampled_accept
 from dflash_sglang.step import ragged
 from dflash_sglang.width import verify_width
 from dflash_sglang.width.policy import AcceptanceProfile, StepCost
-from dflash_sglang.width.request_lengths import forced_lengths, request_lengths
-from dflash_sglang.width.verify_width import FORCED_LENGTHS_ENV, LENGTHS_ENV, VerifyWidth
+from dflash_sglang.width.request_lengths import (
+    FORCED_LENGTHS_ENV,
+    LENGTHS_ENV,
+    forced_lengths,
+    request_lengths,
+)
+from dflash_sglang.width.verify_width import VerifyWidth
 from tests.planted.simulate import sampling_info
 from tests.test_sampled_drafts import case, identity
 from tests.test_sampled_verify import chi_square_pvalue

@@ -64,7 +64,7 @@ PATHS = {
     "TP=2, overlap worker": "test_tp.py",
     "TP=2, overlap worker, trained pair": "test_tp.py",
     "TP=2, plain worker, Laguna + Domino drafter": "test_tp.py",
-    "TP=2, plain worker, draft window": "test_tp.py",
+    "TP=2, plain worker, draft window, per-request lengths": "test_tp.py",
     "DP attention, overlap worker": "test_dp_attention.py",
     "DP attention, plain worker": "test_dp_attention.py",
     "PD, overlap worker": "test_pd.py",

@@ -9,7 +9,8 @@ MLP width SGLang pads for TP on CPU: the overlap worker's is DFlash2 (the vocab-
 the replicated selector) with sinks (sharded by head) and convolutions; under the plain worker,
 without the window, a Laguna drafter (its gate sharded by head) with Domino's rollout (the full
 logits gathered across ranks), sinks and convolutions, verify counts checked too; with the window,
-the sinks and convolutions under the argmax chain. Under both workers, sampled requests at
+the sinks and convolutions under the argmax chain, each request verifying its own length (a forced
+cycle of per-request lengths, ragged verifies on both ranks). Under both workers, sampled requests at
 law_matrix.SETTINGS (temperatures, filters, a penalty) follow the target's own law, controls fail.
 A hybrid target (Gated DeltaNet heads sharded too), and its mixture-of-experts sibling (experts and the gated
 shared expert sharded), equal transformers' greedy decoding under the overlap worker.
@@ -24,6 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from dflash_sglang.width.request_lengths import FORCED_LENGTHS_ENV
 from dflash_sglang_tools.testing.server import SGLangServer
 from dflash_sglang_tools.testing.tiny_variants import write_variant_pair
 
@@ -43,7 +45,12 @@ PLAIN_TP2 = {"SGLANG_ENABLE_SPEC_V2": "", "SGLANG_ENABLE_DFLASH_SPEC_V2": "", **
 WORKERS = {
     "overlap": ({"SGLANG_ENABLE_SPEC_V2": "1", **ONE_CORE_PER_RANK}, []),
     "plain": (PLAIN_TP2, []),
-    "plain-window": (PLAIN_TP2, ["--speculative-draft-window-size", WINDOW]),
+    # ... and per-request verify lengths, forced through a cycle (step/ragged.py), so one ragged
+    # verify at a time runs on both ranks
+    "plain-window": (
+        {**PLAIN_TP2, FORCED_LENGTHS_ENV: "4,1,3,2"},
+        ["--speculative-draft-window-size", WINDOW],
+    ),
 }
 
 
@@ -154,7 +161,7 @@ def test_the_sampled_law_with_real_filters_and_greedy_stays_exact(dflash, prompt
     rank that committed other tokens than rank 0 would desynchronise the next collectives: the
     greedy requests after it still equal the no-spec server, and the server answers (no hang)."""
     path = {"overlap": "TP=2, overlap worker", "plain": "TP=2, plain worker, Laguna + Domino drafter",
-            "plain-window": "TP=2, plain worker, draft window"}  # fmt: skip
+            "plain-window": "TP=2, plain worker, draft window, per-request lengths"}  # fmt: skip
     _, target, _ = load(dflash.pair.target, dflash.pair.draft)
     assert_every_setting_follows_the_law(path[dflash.kind], dflash, target, prompt_ids)
     for ids, want in zip(prompt_ids[:3], expected[:3], strict=True):

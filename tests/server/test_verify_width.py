@@ -27,7 +27,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from dflash_sglang.width.verify_width import ADAPTIVE_ENV, FORCED_LENGTHS_ENV, REPORT_EVERY, WIDTHS_ENV
+from dflash_sglang.width.request_lengths import FORCED_LENGTHS_ENV
+from dflash_sglang.width.verify_width import ADAPTIVE_ENV, REPORT_EVERY, WIDTHS_ENV
 from dflash_sglang_tools.testing.server import SGLangServer
 
 from .broken_drafters import drafter, drafter_weights

@@ -3,6 +3,8 @@ small call.
 
     drafting.py         the draft phase: drafter forward, a chain (argmax or sampled) or a tree
     verifying.py        the verify phase: target forward, the acceptance rule chosen at startup
+    ragged.py           per-request verify lengths: one ragged target forward, each request
+                        judged within its own length
     committing.py       the commit phase: publish, inject the committed features, the bonus token
     hybrid.py           Qwen3.5/3.6 targets: the recurrent-state commit after verify
     draft_window.py     --speculative-draft-window-size: the drafter's KV in a ring of W + B

@@ -3,6 +3,8 @@ step verifies, and the load-adaptive policy that chooses it.
 
     verify_width.py          the step's width: forced cycle, adaptive choice, narrowing the block
     policy.py                expected committed tokens per second over widths (engine-free)
+    request_lengths.py       per-request lengths: each request's own width, one ragged verify
+                             (engine-free)
     observations.py          what the policy learns: acceptance per request, step cost per width
     signal.py                what the width tells an operator (log line, metrics)
     simulated_acceptance.py  DFLASH_SGLANG_SIMULATE_ACCEPTANCE: acceptance drawn at set rates

@@ -14,15 +14,23 @@ the T - bs largest gains over all requests (each request's gains are taken in or
 fall); the cost depends on T alone, so one pass over the sorted gains rates every T. The cost is
 the adaptive width's curve (width/policy.StepCost) at the fractional width T / bs.
 
+Switches: `DFLASH_SGLANG_REQUEST_LENGTHS=0` verifies one width a batch (the adaptive width's); `=1`
+asks for per-request lengths, and fails at startup where the path cannot verify them (why is
+named). `DFLASH_SGLANG_FORCED_REQUEST_LENGTHS="8,1,4"` forces a cycle (a testing switch).
 Nothing here touches SGLang; width/verify_width.py calls it with host-side numbers.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ..errors import DFlashConfigError
 from .policy import PLAIN_MARGIN, StepCost
+
+LENGTHS_ENV = "DFLASH_SGLANG_REQUEST_LENGTHS"  # per-request lengths, with the adaptive width
+FORCED_LENGTHS_ENV = "DFLASH_SGLANG_FORCED_REQUEST_LENGTHS"  # "1,4,8": a testing cycle
 
 # Rates are compared at about this many totals T (every T at small batches): a batch of 32 at
 # block 16 has 480 totals, and pricing each on the curve every step cost milliseconds of host time.
@@ -83,3 +91,33 @@ def forced_lengths(pattern: Sequence[int], step: int, batch_size: int, widest: i
     capped at the block, so one batch mixes lengths and each request sees every length."""
     lengths = tuple(min(pattern[(step + i) % len(pattern)], widest) for i in range(batch_size))
     return RequestLengths(lengths, 0.0, 0.0)
+
+
+def per_request_requested(off_because: str | None) -> bool:
+    """The per-request lengths switch (with the adaptive width): `1` on, `0` off, unset on where
+    the path can verify them (`off_because` None), else off; `1` where it cannot fails, naming why."""
+    text = os.environ.get(LENGTHS_ENV, "").strip().lower()
+    if text in ("", "default"):
+        return off_because is None
+    if text not in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+        raise DFlashConfigError(f"{LENGTHS_ENV}={text!r}: expected 1 (on) or 0 (off)")
+    on = text in ("1", "true", "yes", "on")
+    if on and off_because is not None:
+        raise DFlashConfigError(f"{LENGTHS_ENV}=1: {off_because}")
+    return on
+
+
+def forced_request_lengths(widest: int, off_because: str | None) -> tuple[int, ...]:
+    """The forced cycle of per-request lengths (a testing switch), or () when none is set."""
+    text = os.environ.get(FORCED_LENGTHS_ENV, "").strip()
+    if not text:
+        return ()
+    try:
+        lengths = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise DFlashConfigError(f"{FORCED_LENGTHS_ENV}={text!r}: expected comma-separated integers") from None
+    if not lengths or any(not 1 <= n <= widest for n in lengths):
+        raise DFlashConfigError(f"{FORCED_LENGTHS_ENV}={text!r}: each length must be in 1..{widest}")
+    if off_because is not None:
+        raise DFlashConfigError(f"{FORCED_LENGTHS_ENV}: {off_because}")
+    return lengths

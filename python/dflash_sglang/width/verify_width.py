@@ -38,15 +38,20 @@ from ..runtime.block import block_kv_plan
 from ..tree.budgets import TreeAcceptance, tree_widths
 from .observations import RequestAcceptance, StepTimes
 from .policy import plain_could_win, pool_forget, ranked_widths, worth_a_look
-from .request_lengths import RequestLengths, forced_lengths, request_lengths
+from .request_lengths import (
+    LENGTHS_ENV,
+    RequestLengths,
+    forced_lengths,
+    forced_request_lengths,
+    per_request_requested,
+    request_lengths,
+)
 from .signal import WidthSignal
 
 logger = logging.getLogger(__name__)
 
 WIDTHS_ENV = "DFLASH_SGLANG_VERIFY_WIDTHS"
 ADAPTIVE_ENV = "DFLASH_SGLANG_ADAPTIVE_WIDTH"
-LENGTHS_ENV = "DFLASH_SGLANG_REQUEST_LENGTHS"  # per-request lengths, with the adaptive width
-FORCED_LENGTHS_ENV = "DFLASH_SGLANG_FORCED_REQUEST_LENGTHS"  # "1,4,8": a testing cycle
 REPORT_EVERY = 100  # steps between log lines of the widths that ran (SGLang logs decode every 40)
 # Every so many adaptive steps, the best-rated candidate wider than the choice: a step verifies
 # only its own width's drafts (and is timed at its own width), so without it a policy that settled
@@ -146,6 +151,8 @@ class VerifyWidth:
         self.times = StepTimes(device) if self.adaptive else None
         self.signal = WidthSignal(metrics, tp_rank) if self.adaptive else None
         self.steps, self.ran, self.step_started, self.ran_widest = 0, Counter(), None, 0
+        # Ragged steps among them, and the requests' own lengths there (request-steps by length).
+        self.ragged_steps, self.ran_lengths = 0, Counter()
         self.probed: set[int] = set()  # batch sizes the widest has been chosen at
         # Per-request lengths (width/request_lengths.py): the adaptive choice's exploiting steps,
         # or a forced testing cycle; `lengths` is the current step's, None where it is uniform.
@@ -185,8 +192,18 @@ class VerifyWidth:
             return self.widest
         self.steps += 1
         self.ran[width] += 1
+        if self.lengths is not None:
+            self.ragged_steps += 1
+            self.ran_lengths.update(self.lengths.lengths)
         if self.steps % REPORT_EVERY == 0:  # what ran, when the width varies
             logger.info("dflash_sglang: verify widths of the last %d steps: %s", REPORT_EVERY, dict(self.ran))
+            if self.ragged_steps:  # which requests verified how much, in the ragged steps
+                logger.info(
+                    "dflash_sglang: per-request lengths in %d of them (request-steps by length): %s",
+                    self.ragged_steps, dict(sorted(self.ran_lengths.items())),
+                )  # fmt: skip
+                self.ragged_steps = 0
+                self.ran_lengths.clear()
             if self.signal is not None:  # plain decoding for most of the load, in the log and metrics
                 self.signal.report(self.ran, self.acceptance.recent_accepted_drafts(), self.widest)
             if self.last_view is not None:  # why: the latest choice's estimates, best first
@@ -248,36 +265,6 @@ class VerifyWidth:
         if self.step_started is not None:
             self.times.stop(self.step_started)
             self.step_started = None
-
-
-def per_request_requested(off_because: str | None) -> bool:
-    """The per-request lengths switch (with the adaptive width): `1` on, `0` off, unset on where
-    the path can verify them (`off_because` None), else off; `1` where it cannot fails, naming why."""
-    text = os.environ.get(LENGTHS_ENV, "").strip().lower()
-    if text in ("", "default"):
-        return off_because is None
-    if text not in ("1", "true", "yes", "on", "0", "false", "no", "off"):
-        raise DFlashConfigError(f"{LENGTHS_ENV}={text!r}: expected 1 (on) or 0 (off)")
-    on = text in ("1", "true", "yes", "on")
-    if on and off_because is not None:
-        raise DFlashConfigError(f"{LENGTHS_ENV}=1: {off_because}")
-    return on
-
-
-def forced_request_lengths(widest: int, off_because: str | None) -> tuple[int, ...]:
-    """The forced cycle of per-request lengths (a testing switch), or () when none is set."""
-    text = os.environ.get(FORCED_LENGTHS_ENV, "").strip()
-    if not text:
-        return ()
-    try:
-        lengths = tuple(int(part) for part in text.split(","))
-    except ValueError:
-        raise DFlashConfigError(f"{FORCED_LENGTHS_ENV}={text!r}: expected comma-separated integers") from None
-    if not lengths or any(not 1 <= n <= widest for n in lengths):
-        raise DFlashConfigError(f"{FORCED_LENGTHS_ENV}={text!r}: each length must be in 1..{widest}")
-    if off_because is not None:
-        raise DFlashConfigError(f"{FORCED_LENGTHS_ENV}: {off_because}")
-    return lengths
 
 
 def narrow(block, width: int, batch, translator, host_lens: torch.Tensor):
