@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: install system-libs test test-fast lint serve demo bench bench-adaptive bench-first-burst bench-sampled-drafts bench-sampling-memory tiny-pair gpu-check soak planted law-power
+.PHONY: install system-libs test test-fast lint serve demo bench bench-adaptive bench-first-burst bench-mixed bench-sampled-drafts bench-sampling-memory tiny-pair gpu-check soak planted law-power
 
 install: system-libs
 	python3 -m venv $(VENV)
@@ -65,6 +65,11 @@ bench-adaptive:
 REPEATS ?= 3
 bench-first-burst:
 	$(PY) -m dflash_sglang_tools.bench.first_burst --repeats $(REPEATS)
+
+# Per-request verify lengths against one width a batch: greedy chat, and chat mixed with requests
+# at temperature 1.0 whose drafts rarely fit; fresh servers interleaved, REPEATS times (docs/adaptive.md).
+bench-mixed:
+	$(PY) -m dflash_sglang_tools.bench.mixed_load --repeats $(REPEATS)
 
 # Engine-free: tokens a step with point against sampled drafts at T 0.6 and 1.0 (docs/sampled-drafts.md).
 bench-sampled-drafts:

@@ -13,6 +13,8 @@ suite.py         `make bench`: the tiny pair's servers on CPU, one at a time
 tiny_prompts.py  the embedded pair's held-out prompts
 adaptive.py      `make bench-adaptive`: the adaptive width under load, simulated acceptance
 first_burst.py   `make bench-first-burst`: a new server's first bursts against its steady state
+mixed_load.py    `make bench-mixed`: per-request verify lengths against one width a batch, on a
+                 load mixing requests whose drafts fit and requests whose drafts do not
 machine_load.py  what else loads the machine while a level runs
 sampling_memory.py  `make bench-sampling-memory`: one sampled verify's memory at production sizes
 """

@@ -27,18 +27,25 @@ class Sampling:
     max_tokens: int
     temperature: float = 0.0
     enable_thinking: bool = False
+    ignore_eos: bool = False  # every request its max_tokens (a load whose lengths do not vary)
+    # A mixed load: request i of a level at temperatures[i % len] instead (bench/mixed_load.py).
+    temperatures: tuple[float, ...] = ()
 
-    def body(self, model: str, messages: list[dict]) -> dict:
+    def body(self, model: str, messages: list[dict], index: int = 0) -> dict:
+        temperature = (
+            self.temperatures[index % len(self.temperatures)] if self.temperatures else self.temperature
+        )
         return {
             "model": model,
             "messages": messages,
             "max_tokens": self.max_tokens,
-            "temperature": self.temperature,
+            "temperature": temperature,
             # Qwen3 templates think by default; the published 8B drafters were trained without it.
             "chat_template_kwargs": {"enable_thinking": self.enable_thinking},
             "stream": True,
             "stream_options": {"include_usage": True, "continuous_usage_stats": True},
             "return_spec_tokens_details": True,
+            **({"ignore_eos": True} if self.ignore_eos else {}),
         }
 
 
@@ -112,12 +119,12 @@ async def run_level(
     async with session(concurrency) as http:
         with tqdm(total=len(prompts), desc=desc or f"concurrency {concurrency}", unit="req") as bar:
 
-            async def one(messages: list[dict]) -> RequestResult:
+            async def one(index: int, messages: list[dict]) -> RequestResult:
                 async with gate:
-                    result = await stream_chat(http, url, sampling.body(model, messages))
+                    result = await stream_chat(http, url, sampling.body(model, messages, index))
                 bar.update(1)
                 return result
 
             start = time.perf_counter()
-            results = await asyncio.gather(*(one(p) for p in prompts))
+            results = await asyncio.gather(*(one(i, p) for i, p in enumerate(prompts)))
             return list(results), time.perf_counter() - start

@@ -248,11 +248,12 @@ def embed(docs: Path, markdown: str, marker: str = "make bench") -> bool:
     return True
 
 
-def report_run(run, name: str, out: Path, docs: Path) -> None:
+def report_run(run, name: str, out: Path, docs: Path, marker: str | None = None) -> None:
     written = write_outputs(run, out, name)
     images = [os.path.relpath(path, docs.parent) for key, path in written.items() if key.endswith(".png")]
-    if embed(docs, report.markdown(run, images), MARKERS[name]):
-        print(f"updated the {MARKERS[name]} section of {docs}")
+    marker = marker or MARKERS[name]
+    if embed(docs, report.markdown(run, images), marker):
+        print(f"updated the {marker} section of {docs}")
     print(report.throughput_table(run))
     print("\nwrote", ", ".join(str(path) for path in written.values()))
 
