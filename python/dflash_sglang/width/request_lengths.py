@@ -93,15 +93,37 @@ def forced_lengths(pattern: Sequence[int], step: int, batch_size: int, widest: i
     return RequestLengths(lengths, 0.0, 0.0)
 
 
+def switch_value(name: str) -> bool | None:
+    """An on/off environment switch: True (`1`), False (`0`) or None (unset, empty, `default`)."""
+    text = os.environ.get(name, "").strip().lower()
+    if text in ("", "default"):
+        return None
+    if text not in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+        raise DFlashConfigError(f"{name}={text!r}: expected 1 (on) or 0 (off)")
+    return text in ("1", "true", "yes", "on")
+
+
+def env_cycle(name: str, widest: int, what: str) -> tuple[int, ...]:
+    """A forced cycle of `what` (widths, lengths) from a switch, or () when none is set; each must
+    be in 1..widest."""
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return ()
+    try:
+        cycle = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise DFlashConfigError(f"{name}={text!r}: expected comma-separated integers") from None
+    if not cycle or any(not 1 <= n <= widest for n in cycle):
+        raise DFlashConfigError(f"{name}={text!r}: each {what} must be in 1..{widest}")
+    return cycle
+
+
 def per_request_requested(off_because: str | None) -> bool:
     """The per-request lengths switch (with the adaptive width): `1` on, `0` off, unset on where
     the path can verify them (`off_because` None), else off; `1` where it cannot fails, naming why."""
-    text = os.environ.get(LENGTHS_ENV, "").strip().lower()
-    if text in ("", "default"):
+    on = switch_value(LENGTHS_ENV)
+    if on is None:
         return off_because is None
-    if text not in ("1", "true", "yes", "on", "0", "false", "no", "off"):
-        raise DFlashConfigError(f"{LENGTHS_ENV}={text!r}: expected 1 (on) or 0 (off)")
-    on = text in ("1", "true", "yes", "on")
     if on and off_because is not None:
         raise DFlashConfigError(f"{LENGTHS_ENV}=1: {off_because}")
     return on
@@ -109,15 +131,7 @@ def per_request_requested(off_because: str | None) -> bool:
 
 def forced_request_lengths(widest: int, off_because: str | None) -> tuple[int, ...]:
     """The forced cycle of per-request lengths (a testing switch), or () when none is set."""
-    text = os.environ.get(FORCED_LENGTHS_ENV, "").strip()
-    if not text:
-        return ()
-    try:
-        lengths = tuple(int(part) for part in text.split(","))
-    except ValueError:
-        raise DFlashConfigError(f"{FORCED_LENGTHS_ENV}={text!r}: expected comma-separated integers") from None
-    if not lengths or any(not 1 <= n <= widest for n in lengths):
-        raise DFlashConfigError(f"{FORCED_LENGTHS_ENV}={text!r}: each length must be in 1..{widest}")
-    if off_because is not None:
+    lengths = env_cycle(FORCED_LENGTHS_ENV, widest, "length")
+    if lengths and off_because is not None:
         raise DFlashConfigError(f"{FORCED_LENGTHS_ENV}: {off_because}")
     return lengths

@@ -41,10 +41,12 @@ from .policy import plain_could_win, pool_forget, ranked_widths, worth_a_look
 from .request_lengths import (
     LENGTHS_ENV,
     RequestLengths,
+    env_cycle,
     forced_lengths,
     forced_request_lengths,
     per_request_requested,
     request_lengths,
+    switch_value,
 )
 from .signal import WidthSignal
 
@@ -85,12 +87,9 @@ def drafts_fit(ranked, widest: int, batch_size: int) -> bool:
 
 def adaptive_requested(by_default: bool = False) -> bool:
     """The switch: `1` on, `0` off, unset (or empty) `by_default`."""
-    text = os.environ.get(ADAPTIVE_ENV, "").strip().lower()
-    if text in ("", "default"):
+    on = switch_value(ADAPTIVE_ENV)
+    if on is None:
         return by_default and not dp_attention.enabled()
-    if text not in ("1", "true", "yes", "on", "0", "false", "no", "off"):
-        raise DFlashConfigError(f"{ADAPTIVE_ENV}={text!r}: expected 1 (on) or 0 (off)")
-    on = text in ("1", "true", "yes", "on")
     if on and dp_attention.enabled():
         raise DFlashConfigError(f"{ADAPTIVE_ENV} with --enable-dp-attention: DP ranks verify whole blocks")
     return on
@@ -108,18 +107,8 @@ def adaptive_default_off_because(model_runner) -> str | None:
 
 def forced_widths(widest: int) -> tuple[int, ...]:
     """The forced cycle of widths, or () when none is set; each must be in 1..widest."""
-    text = os.environ.get(WIDTHS_ENV, "").strip()
-    if not text:
-        return ()
-    try:
-        widths = tuple(int(part) for part in text.split(","))
-    except ValueError:
-        raise DFlashConfigError(f"{WIDTHS_ENV}={text!r}: expected comma-separated integers") from None
-    if not widths or any(not 1 <= w <= widest for w in widths):
-        raise DFlashConfigError(
-            f"{WIDTHS_ENV}={text!r}: each width must be in 1..{widest} (the block, or a tree's N nodes)"
-        )
-    if dp_attention.enabled():
+    widths = env_cycle(WIDTHS_ENV, widest, "width")
+    if widths and dp_attention.enabled():
         raise DFlashConfigError(f"{WIDTHS_ENV} with --enable-dp-attention: DP ranks verify whole blocks")
     return widths
 
