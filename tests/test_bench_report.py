@@ -131,3 +131,23 @@ def test_repeated_levels_show_their_ranges_and_mark_no_difference(run):
     assert lines[2].startswith("| dflash | 1 | 41.0 (30.0-50.0) | 2.00x (1.50-2.38) |")
     assert lines[3].startswith("| dflash | 4 | 102.5 (90.0-110.0) | 1.25x (0.90-1.38) ~ |")
     assert "Each server ran 3 times" in report.markdown(run)
+
+
+def test_one_server_against_each_other_paired_by_repeat_with_a_sign_test(run):
+    dflash, baseline = run.servers
+    other = ServerRun("other", "http://127.0.0.1:3", "tiny", "DFLASH", 4, "tiny-draft", "another worker",
+                      levels=[level(1, 4.0, [10, 5, 3, 2]), level(4, 1.6, [10, 5, 3, 2])])  # fmt: skip
+    run.servers.append(other)
+    dflash.levels[0].repeats, other.levels[0].repeats = [40.0, 30.0, 50.0], [20.0, 30.0, 25.0]
+    dflash.levels[1].repeats, other.levels[1].repeats = [90.0, 110.0, 100.0], [100.0, 100.0, 80.0]
+    for lv in baseline.levels:
+        lv.repeats = [10.0, 10.0, 10.0]
+    run.repeats = 3
+    rows = report.paired_table(run, "dflash").splitlines()
+    assert rows[0] == "| tokens/s ratio | c=1 | c=4 | above 1, all levels (sign test) |"
+    # 40/20, 30/30, 50/25: median 2.00, one tie (not above); 0.90, 1.10, 1.25: two above.
+    # 4 of 6 above if neither were faster: (15 + 6 + 1) / 64.
+    assert rows[2] == "| dflash / other | 2.00 (1.00-2.00), 2/3 | 1.10 (0.90-1.25), 2/3 | 4/6, p 0.344 |"
+    assert len(rows) == 3  # no-spec verified nothing: not a speculative server, not compared
+    assert "### dflash against each server, paired by repeat" in report.markdown(run, paired_with="dflash")
+    assert "paired by repeat" not in report.markdown(run)

@@ -138,6 +138,12 @@ def distinct(ratios: list[float]) -> bool:
     return bool(ratios) and (min(ratios) > 1.0 or max(ratios) < 1.0)
 
 
+def sign_test(above: int, trials: int) -> float:
+    """One-sided p-value of `above` or more of `trials` paired ratios above 1 if neither server
+    were faster (each side 1/2): a claim from repeats that each on their own overlap."""
+    return sum(math.comb(trials, k) for k in range(above, trials + 1)) / 2**trials
+
+
 def merge_repeats(levels: list[LevelStats]) -> LevelStats:
     """One level from its repeats: the median repeat's statistics, every repeat's throughput."""
     ordered = sorted(levels, key=lambda lv: lv.output_throughput)

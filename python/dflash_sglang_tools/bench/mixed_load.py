@@ -67,7 +67,7 @@ def main(argv=None) -> int:
         run = new_run(dataset, len(prompts), sampling, args.concurrency, VARIANTS[0].label)
         run.repeats = args.repeats
         run.servers = serve_repeated(VARIANTS, args.pair, prompts, sampling, args.concurrency, args.repeats)
-        report_run(run, name, args.out, args.docs, marker)
+        report_run(run, name, args.out, args.docs, marker, paired_with=VARIANTS[-1].label)
     return 0
 
 

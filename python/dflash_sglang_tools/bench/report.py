@@ -1,10 +1,12 @@
 """A BenchRun as markdown: the setup, one row per server and concurrency, the acceptance
-histogram and per-position acceptance of each speculative server, and a comparison with an
-earlier results file."""
+histogram and per-position acceptance of each speculative server, one server against each other
+repeat by repeat where asked, and a comparison with an earlier results file."""
 
 from __future__ import annotations
 
-from .level_stats import distinct, paired_speedups, pooled_levels, speedup
+import statistics
+
+from .level_stats import distinct, paired_speedups, pooled_levels, sign_test, speedup
 from .results import BenchRun, ServerRun
 
 
@@ -130,7 +132,34 @@ def position_table(run: BenchRun) -> str:
     return table(["server", "% of steps", *[f"k={k}" for k in range(1, width + 1)]], rows)
 
 
-def markdown(run: BenchRun, plots: list[str] = ()) -> str:
+def paired_table(run: BenchRun, label: str) -> str:
+    """`label`'s tokens/s over each other speculative server's, repeat by repeat (the two ran side
+    by side): the median ratio, its range, how many repeats were above 1, and the sign test of
+    those counts pooled over every concurrency."""
+    ours = run.server(label)
+    rows = []
+    for other in speculative(run):
+        if other is ours:
+            continue
+        cells, above, trials = [], 0, 0
+        for level in ours.levels:
+            ratios = paired_speedups(level, other.level(level.concurrency))
+            if not ratios:
+                cells.append("n/a")
+                continue
+            up = sum(r > 1.0 for r in ratios)
+            above, trials = above + up, trials + len(ratios)
+            spread = f"{min(ratios):.2f}-{max(ratios):.2f}"
+            cells.append(f"{statistics.median(ratios):.2f} ({spread}), {up}/{len(ratios)}")
+        pooled = f"{above}/{trials}, p {sign_test(above, trials):.3f}" if trials else "n/a"
+        rows.append([f"{label} / {other.label}", *cells, pooled])
+    levels = [f"c={lv.concurrency}" for lv in ours.levels]
+    header = ["tokens/s ratio", *levels, "above 1, all levels (sign test)"]
+    return table(header, rows)
+
+
+def markdown(run: BenchRun, plots: list[str] = (), paired_with: str | None = None) -> str:
+    """The run's report; `paired_with`: a server to compare with each other one, repeat by repeat."""
     parts = [
         setup(run),
         "### Throughput, latency, acceptance\n\n" + throughput_table(run),
@@ -139,6 +168,9 @@ def markdown(run: BenchRun, plots: list[str] = ()) -> str:
         "### Per-position acceptance (derived from the histogram; all levels pooled)\n\n"
         + position_table(run),
     ]
+    if paired_with and run.repeats and run.repeats > 1:
+        title = f"### {paired_with} against each server, paired by repeat (median (range), repeats above 1)"
+        parts.insert(2, f"{title}\n\n" + paired_table(run, paired_with))
     parts += [f"![{name}]({name})" for name in plots]
     return "\n\n".join(parts) + "\n"
 

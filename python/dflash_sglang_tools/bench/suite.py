@@ -54,6 +54,7 @@ class Variant:
     notes: str = ""
     block: int | None = None  # --speculative-num-draft-tokens; None: the drafter's own block size
     args: tuple = ()  # further server arguments
+    draft: str = "draft"  # the drafter's directory in the pair
 
 
 VARIANTS = [
@@ -166,17 +167,38 @@ WHOLE_BLOCK_SAMPLED_VARIANTS = [SAMPLED_VARIANTS[0]] + [
     for v in SAMPLED_VARIANTS[1:4]
 ]  # fmt: skip
 
+# DFlash2 at temperature > 0 (docs/sampled-drafts.md): the selector trained on the pair's drafter
+# (`make tiny-dflash2`), its greedy walk against its sampled walk (the default), beside the plain
+# drafter's sampled drafts; overlap worker, whole blocks, so tokens a step compare like for like.
+DFLASH2 = "draft-dflash2"
+DFLASH2_VARIANTS = [
+    Variant("no-spec", False, notes="plain decoding (the baseline)"),
+    Variant("DFlash, sampled drafts", True, {**OVERLAP, **FIXED},
+            "our worker, the pair's DFlash drafter, SGLANG_ENABLE_SPEC_V2=1, DFLASH_SGLANG_ADAPTIVE_WIDTH=0"),
+    Variant("DFlash2, greedy walk", True, {**OVERLAP, **FIXED, **POINT},
+            f"our worker, {DFLASH2}, DFLASH_SGLANG_SAMPLED_DRAFTS=0, whole blocks", draft=DFLASH2),
+    Variant("DFlash2, sampled walk", True, {**OVERLAP, **FIXED},
+            f"our worker, {DFLASH2} (the sampled walk, the default), whole blocks", draft=DFLASH2),
+    Variant("DFlash2, sampled walk, block verification", True, {**OVERLAP, **FIXED},
+            f"our worker, {DFLASH2}, --speculative-use-block-verification, whole blocks", draft=DFLASH2,
+            args=("--speculative-use-block-verification",)),
+]  # fmt: skip
+
 # Output name -> its variants (the first is the baseline) and its markers in docs/benchmarks.md.
 RUNS = {"tiny-cpu": VARIANTS, "tiny-cpu-tp2": TP2_VARIANTS, "tiny-cpu-tree": TREE_VARIANTS,
         "tiny-cpu-hybrid-tree": HYBRID_TREE_VARIANTS,
         "tiny-cpu-t0.6": SAMPLED_VARIANTS, "tiny-cpu-t1.0": SAMPLED_VARIANTS,
-        "tiny-cpu-t1.0-whole": WHOLE_BLOCK_SAMPLED_VARIANTS}  # fmt: skip
-TEMPERATURE = {"tiny-cpu-t0.6": 0.6, "tiny-cpu-t1.0": 1.0, "tiny-cpu-t1.0-whole": 1.0}  # others: greedy
+        "tiny-cpu-t1.0-whole": WHOLE_BLOCK_SAMPLED_VARIANTS,
+        "tiny-cpu-dflash2-t0.6": DFLASH2_VARIANTS, "tiny-cpu-dflash2-t1.0": DFLASH2_VARIANTS}  # fmt: skip
+TEMPERATURE = {"tiny-cpu-t0.6": 0.6, "tiny-cpu-t1.0": 1.0, "tiny-cpu-t1.0-whole": 1.0,
+               "tiny-cpu-dflash2-t0.6": 0.6, "tiny-cpu-dflash2-t1.0": 1.0}  # fmt: skip
+# (the other runs are greedy)
 MARKERS = {
     "tiny-cpu": "make bench", "tiny-cpu-tp2": "make bench tp2", "tiny-cpu-tree": "make bench tree",
     "tiny-cpu-hybrid-tree": "make bench hybrid tree",
     "tiny-cpu-t0.6": "make bench t0.6", "tiny-cpu-t1.0": "make bench t1.0",
     "tiny-cpu-t1.0-whole": "make bench t1.0 whole blocks",
+    "tiny-cpu-dflash2-t0.6": "make bench dflash2 t0.6", "tiny-cpu-dflash2-t1.0": "make bench dflash2 t1.0",
     "adaptive-cpu": "make bench adaptive", "adaptive-cpu-simulated": "make bench adaptive simulated",
 }  # fmt: skip
 
@@ -202,8 +224,9 @@ def resolve_pair(pair: Path) -> tuple[Path, str]:
 
 
 def serve_and_bench(variant: Variant, pair: Path, prompts, sampling, concurrencies) -> ServerRun:
-    block = variant.block or DFlashConfig.from_pretrained(pair / "draft").block_size
-    args = ["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", (pair / "draft").resolve(),
+    draft = pair / variant.draft
+    block = variant.block or DFlashConfig.from_pretrained(draft).block_size
+    args = ["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", draft.resolve(),
             "--speculative-num-draft-tokens", block] if variant.speculative else []  # fmt: skip
     server = SGLangServer(
         (pair / "target").resolve(), [*variant.args, *args], env=variant.env, base_args=CPU_ARGS
@@ -248,11 +271,13 @@ def embed(docs: Path, markdown: str, marker: str = "make bench") -> bool:
     return True
 
 
-def report_run(run, name: str, out: Path, docs: Path, marker: str | None = None) -> None:
+def report_run(run, name: str, out: Path, docs: Path, marker: str | None = None, paired_with=None) -> None:
+    """The run's files in `out`, its section of `docs`; `paired_with`: a server compared with each
+    other one repeat by repeat (report.paired_table)."""
     written = write_outputs(run, out, name)
     images = [os.path.relpath(path, docs.parent) for key, path in written.items() if key.endswith(".png")]
     marker = marker or MARKERS[name]
-    if embed(docs, report.markdown(run, images), marker):
+    if embed(docs, report.markdown(run, images, paired_with), marker):
         print(f"updated the {marker} section of {docs}")
     print(report.throughput_table(run))
     print("\nwrote", ", ".join(str(path) for path in written.values()))
