@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: install system-libs test test-fast lint serve demo bench bench-adaptive bench-first-burst bench-mixed bench-sampled-drafts bench-sampling-memory tiny-pair gpu-check soak planted law-power
+.PHONY: install system-libs test test-fast lint serve demo bench bench-adaptive bench-first-burst bench-mixed bench-sampled-drafts bench-sampling-memory tiny-pair tiny-dflash2 gpu-check soak planted law-power
 
 install: system-libs
 	python3 -m venv $(VENV)
@@ -85,6 +85,10 @@ bench-sampling-memory:
 # a CPU core. The script's --stage target, then --stage drafter, splits it in two.
 tiny-pair:
 	$(PY) -m dflash_sglang_tools.train.tiny_pair --out python/dflash_sglang/assets/tiny-pair
+
+# DFlash2: a candidate selector trained on the embedded drafter (train/dflash2_selector.py).
+tiny-dflash2:
+	$(PY) -m dflash_sglang_tools.train.dflash2_selector --out python/dflash_sglang/assets/tiny-pair/draft-dflash2
 
 # Our drafter, the verify-side math and a Qwen3-8B-shaped target timed on this machine's GPU with
 # torch and transformers only, eager and CUDA-graph replayed; tiny shapes on a CPU (docs/gpu.md).

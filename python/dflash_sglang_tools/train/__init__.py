@@ -12,4 +12,5 @@
     causal_lm.py   next-token training (the tiny target)
     tiny_pair.py   the deterministic script behind `make tiny-pair`
     sampled_acceptance.py  tokens a step with point against sampled drafts (`make bench-sampled-drafts`)
+    dflash2_selector.py  DFlash2's candidate selector trained on the pair's drafter (`make tiny-dflash2`)
 """
