@@ -29,10 +29,12 @@ LAW_TESTS = {
     "hybrid": "tests/server/test_hybrid_worker.py::test_the_sampled_law_with_power_through_state_commits",
     "ragged": "tests/server/test_verify_width.py::"
     "test_the_sampled_law_with_real_filters_across_forced_request_lengths",
+    "dflash2": "tests/server/test_sampled_drafts.py::"
+    "test_a_trained_dflash2_drafter_samples_its_walk_keeps_the_law_and_greedy_stays_exact",
 }
 REACHES = {
     "chain": ("chain-point", "hybrid"),
-    "sampled chain": ("chain-sampled", "tp2", "ragged"),
+    "sampled chain": ("chain-sampled", "tp2", "ragged", "dflash2"),
     "tree": ("tree",),
     "hybrid": ("hybrid",),
     "ragged": ("ragged",),

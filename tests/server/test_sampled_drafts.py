@@ -14,12 +14,14 @@ import pytest
 
 from dflash_sglang.sampling.sampled_drafts import SAMPLED_DRAFTS_ENV
 from dflash_sglang_tools.testing.server import SGLangServer, log_tail
-from dflash_sglang_tools.testing.tiny_variants import write_variant_pair
+from dflash_sglang_tools.testing.tiny_dense import TinyPair
+from dflash_sglang_tools.train import data
+from dflash_sglang_tools.train.tiny_pair import embedded_pair, held_out_prompts
 
 from .conftest import PLAIN, dflash_args
 from .law_case import COMPLETIONS, trained_case
 from .law_matrix import assert_every_setting_follows_the_law
-from .pairs import HOT_SHAPE, load, reference
+from .pairs import load, reference
 from .test_worker import OVERLAP_CHECKED_DFLASH
 
 MAX_NEW = 24
@@ -78,20 +80,25 @@ def test_block_verification_keeps_the_law_and_greedy_stays_exact(case, blocks):
 
 
 @pytest.fixture(scope="module")
-def dflash2(tmp_path_factory):
-    pair = write_variant_pair(tmp_path_factory.mktemp("dflash2"), ("dflash2",), 0, 8, HOT_SHAPE)
+def dflash2():
+    """The DFlash2 drafter trained for the embedded pair's target (make tiny-dflash2), block 8."""
+    pair = embedded_pair()
+    pair = TinyPair(pair.target, pair.target.parent / "draft-dflash2")
     env = {**OVERLAP_CHECKED_DFLASH, SAMPLED_DRAFTS_ENV: "1"}
     with SGLangServer(pair.target, dflash_args(pair, 8), env=env) as server:
         server.pair = pair
         yield server
 
 
-def test_dflash2_samples_its_walk_and_keeps_the_law(dflash2):
-    """A random DFlash2 drafter on a hot random pair: valid, with little power (its drafts are
-    rarely likely yet uncertain); the walk's power is in-process (tests/cpu/test_drafter_variants.py)."""
+def test_a_trained_dflash2_drafter_samples_its_walk_keeps_the_law_and_greedy_stays_exact(dflash2):
+    """The trained selector's walk drafts the target's likely yet uncertain tokens, so the judge
+    has drafts worth judging (a random DFlash2 drafter's rarely were); its walk's power against
+    SGLang's own code is in-process (tests/cpu/test_drafter_variants.py)."""
     assert "drafts at T > 0: DFlash2's sampled walk" in log_tail(dflash2.log_path, lines=400)
-    target = load(dflash2.pair.target, dflash2.pair.draft)[1]
-    prompts = [[10 + (7 * i + 13 * n) % 290 for i in range(n)] for n in (1, 3, 7, 9, 16, 31, 50, 70)]
+    tokenizer, target, _ = load(dflash2.pair.target, dflash2.pair.draft)
+    prompts = [data.prompt_ids(tokenizer, p) for p in held_out_prompts()[:8]]
     assert_every_setting_follows_the_law(
-        "DFlash2 drafter, sampled walk, overlap worker", dflash2, target, prompts
+        "DFlash2 drafter (trained), sampled walk, overlap worker", dflash2, target, prompts
     )
+    out = dflash2.generate(prompts[0], MAX_NEW)
+    assert out["output_ids"] == reference(dflash2.pair, prompts[0], MAX_NEW, 8).tokens
