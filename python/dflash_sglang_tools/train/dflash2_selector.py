@@ -116,7 +116,7 @@ def selector_loss(target, draft: DFlashDraftModel, input_ids: torch.Tensor, bloc
     )
 
 
-def train_selector(target, draft: DFlashDraftModel, examples, recipe: SelectorRecipe, pad_id: int) -> list:
+def train_selector(target, draft: DFlashDraftModel, examples, recipe: SelectorRecipe, pad_id: int) -> None:
     freeze(target)
     for name, param in draft.named_parameters():
         param.requires_grad_(name.startswith("candidate_selector."))
@@ -138,7 +138,7 @@ def train_selector(target, draft: DFlashDraftModel, examples, recipe: SelectorRe
         return epoch_batches(examples, recipe.tokens_per_batch, pad_id, recipe.seed + epoch)
 
     params = list(draft.candidate_selector.parameters())
-    return fit(params, loss_of, batches_of_epoch, recipe.schedule, desc="selector")
+    fit(params, loss_of, batches_of_epoch, recipe.schedule, desc="selector")  # no periodic evaluation
 
 
 def build(out: Path, recipe: SelectorRecipe | None = None, pairs: int = 600, max_new: int = 96) -> dict:
@@ -155,7 +155,7 @@ def build(out: Path, recipe: SelectorRecipe | None = None, pairs: int = 600, max
     pad, eos = tokenizer.pad_token_id, tokenizer.eos_token_id
     examples = regenerate(target, prompts, 256, eos, pad)
     draft = with_selector(backbone, recipe)
-    history = train_selector(target, draft, examples, recipe, pad)
+    train_selector(target, draft, examples, recipe, pad)
     draft.eval().save_pretrained(out)
     eval_ids = [prompt_ids(tokenizer, text) for text in held_out_prompts()]  # the pair's own
     measured = {
@@ -169,7 +169,6 @@ def build(out: Path, recipe: SelectorRecipe | None = None, pairs: int = 600, max
         "held_out_prompts": len(eval_ids),
         "max_new_tokens": max_new,
         "greedy_acceptance_length": measured,
-        "training": history,
         "train_pairs": len(prompts),
         "minutes": round((time.monotonic() - started) / 60, 1),
         "recipe": {k: v for k, v in dataclasses.asdict(recipe).items() if k != "schedule"}
