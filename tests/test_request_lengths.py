@@ -19,7 +19,9 @@ from dflash_sglang.width.policy import AcceptanceProfile, StepCost
 from dflash_sglang.width.request_lengths import (
     FORCED_LENGTHS_ENV,
     LENGTHS_ENV,
+    drafted_rows,
     forced_lengths,
+    ragged_seconds,
     request_lengths,
 )
 from dflash_sglang.width.verify_width import VerifyWidth
@@ -184,3 +186,35 @@ def test_capped_sampled_drafts_follow_the_law_of_the_block_cut_to_their_length()
     assert chisquare(counts.numpy(), (p1 * counts.sum()).numpy()).pvalue > 1e-3
     first = torch.bincount(accepted.tokens[:, 0], minlength=p1.shape[0]).double()
     assert chisquare(first.numpy(), (torch.softmax(target_logits[0].double(), -1) * N).numpy()).pvalue > 1e-3
+
+
+def partial_rate(profiles, lengths, cost):
+    """A step's rate where the drafter runs only for the requests verifying drafts."""
+    tokens = sum(p.expected_tokens(n) for p, n in zip(profiles, lengths, strict=True))
+    drafted = sum(n > 1 for n in lengths)
+    return tokens / ragged_seconds(cost, len(lengths), sum(lengths) - len(lengths), drafted or len(lengths))
+
+
+@pytest.mark.parametrize("rates", [(0.9, 0.2, 0.6), (0.95, 0.05, 0.05), (0.5, 0.5, 0.5)])
+def test_with_a_partial_drafter_the_lengths_are_near_the_best_of_all_lengths(rates):
+    """Brute force over every length vector of 3 requests at block 4: the cost now depends on how
+    many requests draft, which one pass over the totals does not search in full."""
+    profiles = [profile([r] * 3) for r in rates]
+    chosen = request_lengths(profiles, CURVE, 4, plain_margin=0.0, partial_drafter=True)
+    best = max(partial_rate(profiles, lengths, CURVE) for lengths in product(range(1, 5), repeat=3))
+    assert partial_rate(profiles, chosen.lengths, CURVE) >= 0.97 * best
+
+
+def test_a_partial_drafter_drafts_for_the_one_good_request_where_drafting_all_would_not_pay():
+    """One request whose drafts fit among seven whose drafts never do: drafting all eight costs
+    more than the good one's drafts bring, drafting only the good one does not."""
+    good, bad = profile([0.95] * 7), profile([0.01] * 7)
+    # Verify tokens come cheap, the drafter's forward over all eight requests does not.
+    drafted = {8: [(2, 0.020), (8, 0.026)]}
+    cost = StepCost([(8, 0.010), (64, 0.020)], plain_points=[(8, 0.010)], by_batch=drafted)
+    profiles = [good] + [bad] * 7
+    assert request_lengths(profiles, cost, 8).lengths == (1,) * 8
+    partial = request_lengths(profiles, cost, 8, partial_drafter=True)
+    assert partial.lengths[0] >= 4 and partial.lengths[1:] == (1,) * 7
+    assert drafted_rows(partial.lengths) == [0]
+    assert drafted_rows((3, 3)) is None and drafted_rows(None) is None

@@ -47,6 +47,7 @@ from .sampling.penalties import PenaltyLedger, PenaltyParams
 from .sampling.prewarm import prewarm_sampled_verify
 from .sampling.sampled_drafts import drafts_at_temperature
 from .step.committing import Committing
+from .step.deferred_context import DeferredContext, deferral_off_because
 from .step.draft_window import allocate_window_pool, refuse_unsupported_setups
 from .step.drafting import Drafting
 from .step.hybrid import RecurrentStateCommit
@@ -118,6 +119,7 @@ class DFlashWorker(BaseSpecWorker):
             ragged_off_because=ragged_off_because(
                 self.model_runner, self.tree, self.block_verification, self.simulated
             ),
+            partial_drafter=self.window_size is None,  # a ring drafts every request (step/drafting.py)
         )  # fmt: skip
         draft_vocab = None  # a tree's: the drafter's log q
         if self.tree is not None:  # refuses what trees do not serve yet
@@ -126,13 +128,17 @@ class DFlashWorker(BaseSpecWorker):
             draft_vocab = tree_verify.prepare(
                 self.tree, self.block_size, server_args, self.model_runner, one_path
             )
+        # The draft KV's injection, held over plain steps until the drafter reads it.
+        eager_because = deferral_off_because(server_args)
+        deferred = eager_because is None
+        self.context = DeferredContext(self.draft_model, self.draft_runner, self.drafter, deferred)
         # The step's three phases (step/drafting.py, step/verifying.py, step/committing.py).
         self.draft = Drafting(
             self.model_runner, self.draft_runner, self.draft_model, self.drafter, self.tp,
-            self.block_size, self.device, self.tree, draft_vocab, self.sampled_drafts,
+            self.block_size, self.device, self.context, self.tree, draft_vocab, self.sampled_drafts,
         )  # fmt: skip
         self.verify = self.verify_phase()
-        self.commit = Committing(self.draft_model, self.draft_runner, self.drafter)
+        self.commit = Committing(self.context)
         if self.simulated is not None:
             logger.warning("dflash_sglang: %s: simulated acceptance, for benchmarking only; the "
                            "output is not the target's", self.simulated.describe)  # fmt: skip
@@ -140,7 +146,8 @@ class DFlashWorker(BaseSpecWorker):
         self.check_host_sync = host_sync.enabled()
         logger.info(
             "dflash_sglang: DFLASH served by %s.%s (%s schedule, drafter stream %s%s; block size %d, "
-            "verify width %s, draft window %s, draft layers %d, target layers %s; drafts at T > 0: %s)",
+            "verify width %s, draft window %s, draft layers %d, target layers %s; drafts at T > 0: %s; "
+            "plain steps' context %s)",
             type(self).__module__,
             type(self).__qualname__,
             self.schedule,
@@ -154,6 +161,7 @@ class DFlashWorker(BaseSpecWorker):
             config.num_hidden_layers,
             list(config.target_layer_ids),
             drafts_are,
+            "deferred" if deferred else f"injected at once ({eager_because})",
         )
 
     def wants_drafter_stream(self, server_args) -> bool:
@@ -239,7 +247,8 @@ class DFlashWorker(BaseSpecWorker):
             if batch.forward_mode.is_idle():
                 return self.idle(batch, on_publish)
             penalties = self.penalty_ledger(batch)
-            block = self.draft(batch, batch.spec_info, self.widths.choose(batch))
+            width = self.widths.choose(batch)  # and each request's length, where they differ
+            block = self.draft(batch, batch.spec_info, width, self.widths.per_request_lengths)
             verified = self.verify(batch, block, penalties, grammar_barrier)
             result = self.commit(batch, block, verified, penalties, on_publish)
             self.widths.step_done()
@@ -276,6 +285,7 @@ class DFlashWorker(BaseSpecWorker):
             write_ids = window.prefill_slots(
                 batch.req_pool_indices, batch.seq_lens, extend_lens, positions, sum(batch.extend_lens)
             )
+        self.context.flush()  # what plain steps held first: a freed slot's new prompt wins
         with self.drafter.run(hidden, positions, write_ids):
             self.draft_model.write_context_kv(
                 self.draft_runner.token_to_kv_pool, hidden, positions, write_ids

@@ -6,6 +6,7 @@ small call.
     ragged.py           per-request verify lengths: one ragged target forward, each request
                         judged within its own length
     committing.py       the commit phase: publish, inject the committed features, the bonus token
+    deferred_context.py plain steps' injections held until the drafter next reads the draft KV
     hybrid.py           Qwen3.5/3.6 targets: the recurrent-state commit after verify
     draft_window.py     --speculative-draft-window-size: the drafter's KV in a ring of W + B
     tp_agreement.py     --tp-size: the draft TP scope; every rank commits rank 0's tokens

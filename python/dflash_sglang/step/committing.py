@@ -2,8 +2,9 @@
 
 Publish the new lengths (`on_publish`: the overlap scheduler may plan the next step from there),
 land a hybrid target's recurrent state first (step/hybrid.py), inject the committed positions'
-target features into the draft KV pool, count the penalties' new tokens, attach what the scheduler
-reads besides tokens (step/request_outputs.py), and hand the bonus token to the next step.
+target features into the draft KV pool (held over plain steps: step/deferred_context.py), count
+the penalties' new tokens, attach what the scheduler reads besides tokens
+(step/request_outputs.py), and hand the bonus token to the next step.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from sglang.srt.managers.utils import GenerationBatchResult
 from ..runtime.block import Block
 from ..runtime.spec_info import DFlashDraftState
 from ..sampling.penalties import PenaltyLedger
+from .deferred_context import DeferredContext
 from .request_outputs import attach_request_outputs
 from .verifying import Verified
 
@@ -21,9 +23,8 @@ from .verifying import Verified
 class Committing:
     """The commit phase: what a verified block leaves behind, for the scheduler and the drafter."""
 
-    def __init__(self, draft_model, draft_runner, stream):
-        self.draft_model, self.draft_runner = draft_model, draft_runner
-        self.stream = stream  # the drafter's (runtime/streams.py): the injection runs there
+    def __init__(self, context: DeferredContext):
+        self.context = context  # the draft KV's injection, held over plain steps
         self.recurrent_state = None  # step/hybrid.py's, once the target's backends exist
 
     def __call__(self, batch, block: Block, verified: Verified, penalties: PenaltyLedger | None, on_publish):
@@ -36,16 +37,12 @@ class Committing:
         if on_publish is not None:
             on_publish(new_seq_lens)  # the scheduler may plan the next step from here on
         bonus = accepted.tokens.gather(1, (accepted.lengths - 1).unsqueeze(1)).squeeze(1)
-        # The verified token and the accepted drafts now have target features: inject them.
-        write_ids = block.draft_loc
+        # The verified token and the accepted drafts now have target features: inject them (a
+        # plain step's wait for the drafter's next forward, step/deferred_context.py).
         logits_output = target_out.logits_output
+        plain, graph = block.tokens.shape[1] == 1, bool(target_out.can_run_cuda_graph)
         hidden = logits_output.hidden_states
-        # Queued behind acceptance, ahead of the result copies and the next step's planning,
-        # which it overlaps on a GPU.
-        with self.stream.run(hidden, write_ids, lengths):
-            self.draft_model.write_context_kv(
-                self.draft_runner.token_to_kv_pool, hidden, block.positions, write_ids, commit_lens=lengths
-            )
+        self.context.inject(hidden, block.positions, block.draft_loc, lengths, plain, graph)
         logits_output.hidden_states = None
         if penalties is not None:
             penalties.commit(batch.req_pool_indices, accepted.tokens, lengths)

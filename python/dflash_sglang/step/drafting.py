@@ -25,7 +25,9 @@ from ..runtime.spec_info import host_read_bound
 from ..sampling.distribution import vocab_parallel_argmax, vocab_parallel_logits, vocab_parallel_topk
 from ..sampling.sampled_drafts import draw_drafts
 from ..tree import verify as tree_verify
+from ..width.request_lengths import drafted_rows
 from ..width.verify_width import narrow
+from .deferred_context import DeferredContext
 from .draft_window import DraftWindow
 from .tp_agreement import TpAgreement
 
@@ -35,11 +37,13 @@ class Drafting:
     tree of N nodes). What it reads is given here; the draft window arrives with the pools."""
 
     def __init__(self, model_runner, draft_runner, draft_model, stream, tp: TpAgreement, block_size: int,
-                 device, tree=None, draft_vocab=None, sampled_drafts: bool = False):  # fmt: skip
+                 device, context: DeferredContext, tree=None, draft_vocab=None,
+                 sampled_drafts: bool = False):  # fmt: skip
         self.model_runner, self.draft_runner, self.draft_model = model_runner, draft_runner, draft_model
         self.stream = stream  # the drafter's CUDA stream (runtime/streams.py)
         self.tp = tp  # sampled drafts: every TP rank verifies rank 0's draws
         self.block_size, self.device = block_size, device
+        self.context = context  # plain steps' injections, written before the drafter reads
         self.tree, self.draft_vocab = tree, draft_vocab  # tree settings, the drafter's log q
         self.sampled_drafts = sampled_drafts  # at T > 0 (sampling/sampled_drafts.py)
         self.mask_token_id = draft_model.config.mask_token_id
@@ -47,12 +51,13 @@ class Drafting:
         self.draft_block_info = make_draft_block_spec_info(draft_token_num=block_size, device=device)
         self.window: DraftWindow | None = None  # --speculative-draft-window-size, once pools exist
 
-    def __call__(self, batch, state, width: int) -> Block:
+    def __call__(self, batch, state, width: int, lengths: tuple[int, ...] | None = None) -> Block:
         with self.stream.run():
-            return self.draft_on_drafter_stream(batch, state, width)
+            return self.draft_on_drafter_stream(batch, state, width, lengths)
 
-    def draft_on_drafter_stream(self, batch, state, width: int) -> Block:
-        """Draft the whole block (nothing at width 1); the verify takes the first `width` positions."""
+    def draft_on_drafter_stream(self, batch, state, width: int, lengths=None) -> Block:
+        """Draft the whole block (nothing at width 1); the verify takes the first `width` positions
+        (or each request its own `lengths`: then only the requests verifying drafts are drafted)."""
         bs, seq_lens = len(batch.seq_lens), batch.seq_lens
         size = self.block_size if width > 1 or self.window is not None else 1
         positions = seq_lens.unsqueeze(1) + self.block_offsets[:size]  # [bs, size]
@@ -64,7 +69,8 @@ class Drafting:
         kv_plan = block_kv_plan(self.model_runner.kv_index_translator, batch, host_lens, cache_loc, size)
         draft_loc, proposal = None, None  # the injected KV's slots (the target's, or the ring's); q
         if size > 1:
-            hidden, draft_loc = self.run_drafter(batch, state, block_ids, positions, cache_loc, kv_plan)
+            rows = None if self.window is not None else drafted_rows(lengths)
+            hidden, draft_loc = self.run_drafter(batch, state, block_ids, positions, cache_loc, kv_plan, rows)
             if self.tree is not None:
                 return self.tree_block(batch, state.bonus_tokens, hidden[:, 1:], host_lens, width)
             block_ids[:, 1:], proposal = self.chain_drafts(hidden, state.bonus_tokens, batch)
@@ -73,33 +79,44 @@ class Drafting:
         block = Block(block_ids, positions.flatten(), cache_loc, kv_plan, draft_loc, proposal=proposal)
         return narrow(block, width, batch, self.model_runner.kv_index_translator, host_lens)
 
-    def run_drafter(self, batch, state, block_ids, positions, cache_loc, kv_plan):
+    def run_drafter(self, batch, state, block_ids, positions, cache_loc, kv_plan, rows=None):
         """One drafter forward over [verified token, mask x (B-1)], non-causal over the injected
-        context: the block's features [bs, B, H], and its slots in the drafter's ring when there
-        is one."""
+        context: the block's features [bs, B, H] (zeros in the rows of requests not drafted, where
+        `rows` names the drafted ones), and its slots in the drafter's ring when there is one."""
         bs, size = block_ids.shape
+        self.context.flush()  # the context the plain steps since the last draft committed
         bound_cpu = host_read_bound(batch, state, size)
-        seq_lens = batch.seq_lens
+        req_pool_indices, seq_lens = batch.req_pool_indices, batch.seq_lens
+        if rows is not None:  # only the requests that verify drafts
+            index = torch.tensor(rows, device=self.device)
+            req_pool_indices, seq_lens, bound_cpu = req_pool_indices[index], seq_lens[index], bound_cpu[rows]
+            block_ids, positions = block_ids[index], positions[index]
+            cache_loc = cache_loc.view(bs, size)[index].flatten()
+            kv_plan = self.model_runner.kv_index_translator.plan(
+                req_pool_indices=req_pool_indices, seq_lens=seq_lens, seq_lens_cpu=kv_plan.seq_lens_cpu[rows],
+                write_virtual=cache_loc, read_extent=size,
+            )  # fmt: skip
         draft_lens, draft_loc, draft_plan = seq_lens, None, kv_plan
         if self.window is not None:  # the drafter reads its own short rows (step/draft_window.py)
-            draft_lens = self.window.visible_lens(batch.req_pool_indices, seq_lens)
+            draft_lens = self.window.visible_lens(req_pool_indices, seq_lens)
             self.window.write_rows(
-                self.draft_runner.req_to_token_pool.req_to_token, batch.req_pool_indices, seq_lens, draft_lens
+                self.draft_runner.req_to_token_pool.req_to_token, req_pool_indices, seq_lens, draft_lens
             )
-            draft_loc = self.window.slots(batch.req_pool_indices, positions)
+            draft_loc = self.window.slots(req_pool_indices, positions)
             bound_cpu = torch.clamp(bound_cpu, max=self.window.window)
             draft_plan = self.draft_runner.kv_index_translator.plan(
-                req_pool_indices=batch.req_pool_indices,
+                req_pool_indices=req_pool_indices,
                 seq_lens=draft_lens,
                 seq_lens_cpu=bound_cpu,
                 write_virtual=draft_loc.flatten(),
                 read_extent=size,
             )
+        drafted = block_ids.shape[0]
         forward_batch = ForwardBatch(
             forward_mode=ForwardMode.TARGET_VERIFY,
-            batch_size=bs,
+            batch_size=drafted,
             input_ids=block_ids.flatten(),
-            req_pool_indices=batch.req_pool_indices,
+            req_pool_indices=req_pool_indices,
             seq_lens=draft_lens,
             out_cache_loc=cache_loc if draft_loc is None else draft_loc.flatten(),
             seq_lens_sum=int(bound_cpu.sum()),
@@ -109,13 +126,17 @@ class Drafting:
             spec_algorithm=SpeculativeAlgorithm.DFLASH,
             spec_info=self.draft_block_info,
             capture_hidden_mode=CaptureHiddenMode.NULL,
-            global_num_token_non_padded_cpu=bs * size,
+            global_num_token_non_padded_cpu=drafted * size,
             can_run_decode_cuda_graph=False,
         )
         draft_plan.bind(forward_batch, self.draft_runner.kv_index_translator)
         with torch.inference_mode():
             hidden = self.draft_runner.forward(forward_batch).logits_output.hidden_states
-        return hidden.view(bs, size, -1), draft_loc
+        if rows is None:
+            return hidden.view(bs, size, -1), draft_loc
+        full = hidden.new_zeros((bs, size, hidden.shape[-1]))  # never verified: their length is 1
+        full[index] = hidden.view(drafted, size, -1)
+        return full, draft_loc
 
     def chain_drafts(self, block_hidden: torch.Tensor, verified: torch.Tensor, batch):
         """The drafts [bs, B-1] of the drafter's block features [bs, B, H], and their law q where

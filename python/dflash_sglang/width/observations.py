@@ -96,10 +96,11 @@ class StepTimes:
         self.cached: dict[int, list] = {}
         self.key_cache: dict[tuple[int, int], tuple[float, int, float]] = {}
 
-    def start(self, batch_size: int, width: int, tokens: int | None = None):
+    def start(self, batch_size: int, width: int | None, tokens: int | None = None):
         """A step of `width` a request, or of `tokens` verify tokens in all (per-request lengths:
-        then priced at the nearest whole width by batch size, and by its own tokens)."""
-        key = (batch_size, width, tokens or batch_size * width)
+        then priced at the nearest whole width by batch size, and by its own tokens); width None:
+        a step timed only for the host's time between steps."""
+        key = (batch_size, width, tokens or batch_size * (width or 1))
         if not self.on_gpu and self.stopped_at is not None:
             self.gaps.append(time.perf_counter() - self.stopped_at)
         if self.on_gpu:
@@ -116,11 +117,13 @@ class StepTimes:
             self.open.append((key, start, end))
             while self.open and self.open[0][2].query():  # finished steps only: never wait
                 (batch_size, width, tokens), start, end = self.open.popleft()
-                self.record(batch_size, width, start.elapsed_time(end) / 1000, tokens)
+                if width is not None:
+                    self.record(batch_size, width, start.elapsed_time(end) / 1000, tokens)
         else:
             self.stopped_at = time.perf_counter()
             batch_size, width, tokens = key
-            self.record(batch_size, width, self.stopped_at - start, tokens)
+            if width is not None:
+                self.record(batch_size, width, self.stopped_at - start, tokens)
 
     def record(self, batch_size: int, width: int, seconds: float, tokens: int | None = None) -> None:
         if width == 1:

@@ -11,8 +11,10 @@ chosen to maximise the step's expected committed tokens per second:
 The gain of request i's position k + 1 is s_ik = P(its first k drafts are all accepted), which
 falls with k (AcceptanceProfile). For every total T, the L with the most expected tokens takes
 the T - bs largest gains over all requests (each request's gains are taken in order, since they
-fall); the cost depends on T alone, so one pass over the sorted gains rates every T. The cost is
-the adaptive width's curve (width/policy.StepCost) at the fractional width T / bs.
+fall), so one pass over the sorted gains rates every T. The cost is the adaptive width's curve
+(width/policy.StepCost): the plain step plus, where the drafter runs only for the n requests
+verifying drafts (step/drafting.py, without a draft window), their share n / bs of a uniform
+step at their mean width (`ragged_seconds`); with every request drafted, the curve at T / bs.
 
 Switches: `DFLASH_SGLANG_REQUEST_LENGTHS=0` verifies one width a batch (the adaptive width's); `=1`
 asks for per-request lengths, and fails at startup where the path cannot verify them (why is
@@ -57,10 +59,15 @@ class RequestLengths:
 
 
 def request_lengths(
-    profiles: Sequence, cost: StepCost, widest: int, plain_margin: float = PLAIN_MARGIN
+    profiles: Sequence,
+    cost: StepCost,
+    widest: int,
+    plain_margin: float = PLAIN_MARGIN,
+    partial_drafter: bool = False,
 ) -> RequestLengths:
     """The lengths with the most expected committed tokens per second, each in 1..widest (plain
-    decoding for all unless a drafted choice beats it by `plain_margin`, as ranked_widths)."""
+    decoding for all unless a drafted choice beats it by `plain_margin`, as ranked_widths).
+    partial_drafter: the drafter runs only for the requests verifying drafts (ragged_seconds)."""
     bs = len(profiles)
     gains = []  # (s_ik, request), each request's in falling order
     for i, profile in enumerate(profiles):
@@ -72,18 +79,38 @@ def request_lengths(
     plain_seconds = cost.step(bs, 1)
     best_rate, best_taken, best = (1 + plain_margin) * bs / plain_seconds, 0, (float(bs), plain_seconds)
     stride = max(1, len(gains) // RATED_TOTALS)
-    tokens = float(bs)
-    for taken, (gain, _) in enumerate(gains, start=1):
+    tokens, drafted, seen = float(bs), 0, [False] * bs
+    for taken, (gain, i) in enumerate(gains, start=1):
         tokens += gain
+        drafted += not seen[i]
+        seen[i] = True
         if taken % stride and taken != len(gains):
             continue
-        seconds = cost.step(bs, 1 + taken / bs)
+        seconds = ragged_seconds(cost, bs, taken, drafted if partial_drafter else bs)
         if tokens / seconds > best_rate:
             best_rate, best_taken, best = tokens / seconds, taken, (tokens, seconds)
     lengths = [1] * bs
     for _, i in gains[:best_taken]:
         lengths[i] += 1
     return RequestLengths(tuple(lengths), *best)
+
+
+def ragged_seconds(cost: StepCost, batch_size: int, drafts: int, drafted: int) -> float:
+    """A step verifying `drafts` drafts in all, over `drafted` of its requests (the rest plain):
+    the plain step, plus the drafted requests' share of a uniform step of their mean width. Where
+    the drafter runs for every request, `drafted` is the batch size: the uniform step at T / bs."""
+    plain = cost.step(batch_size, 1)
+    if drafts == 0:
+        return plain
+    return plain + drafted / batch_size * (cost.step(batch_size, 1 + drafts / drafted) - plain)
+
+
+def drafted_rows(lengths: Sequence[int] | None) -> list[int] | None:
+    """The requests a ragged step drafts for: those verifying drafts (length > 1); None for all."""
+    if lengths is None:
+        return None
+    rows = [i for i, length in enumerate(lengths) if length > 1]
+    return None if len(rows) == len(lengths) else rows
 
 
 def forced_lengths(pattern: Sequence[int], step: int, batch_size: int, widest: int) -> RequestLengths:

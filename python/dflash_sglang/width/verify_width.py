@@ -41,6 +41,7 @@ from .policy import plain_could_win, pool_forget, ranked_widths, worth_a_look
 from .request_lengths import (
     LENGTHS_ENV,
     RequestLengths,
+    drafted_rows,
     env_cycle,
     forced_lengths,
     forced_request_lengths,
@@ -120,11 +121,12 @@ class VerifyWidth:
     def __init__(
         self, block_size: int, device="cpu", tp_group=None, tree_nodes: int | None = None,
         default_off_because: str | None = "", metrics: bool = False, tp_rank: int = 0,
-        ragged_off_because: str | None = "per-request lengths not asked for",
+        ragged_off_because: str | None = "per-request lengths not asked for", partial_drafter: bool = False,
     ):  # fmt: skip
         """default_off_because: why the adaptive width is off unless asked for (None: on unless
         asked off; adaptive_default_off_because); metrics: SGLang's --enable-metrics;
-        ragged_off_because: why this server cannot verify per-request lengths (None: it can)."""
+        ragged_off_because: why this server cannot verify per-request lengths (None: it can);
+        partial_drafter: a ragged step drafts only for the requests verifying drafts."""
         self.widest, self.tp_group = tree_nodes or block_size, tp_group
         self.pattern = forced_widths(self.widest)
         self.adaptive = not self.pattern and adaptive_requested(by_default=default_off_because is None)
@@ -149,6 +151,7 @@ class VerifyWidth:
         self.per_request = self.adaptive and not tree_nodes and per_request_requested(ragged_off_because)
         self.ragged_off_because = ragged_off_because
         self.lengths: RequestLengths | None = None
+        self.partial_drafter = partial_drafter
         self.last_view = None  # (batch size, the ranked estimates) of the latest adaptive choice
 
     @property
@@ -167,6 +170,11 @@ class VerifyWidth:
             return "the block size"
         why = self.default_off_because
         return f"the block size (adaptive off by default: {why}; {ADAPTIVE_ENV}=1 turns it on)"
+
+    @property
+    def per_request_lengths(self) -> tuple[int, ...] | None:
+        """The current step's per-request lengths, or None where every request verifies the width."""
+        return None if self.lengths is None else self.lengths.lengths
 
     def choose(self, batch) -> int:
         self.lengths = None
@@ -224,7 +232,9 @@ class VerifyWidth:
             elif self.steps % EXPLORE_EVERY == EXPLORE_EVERY - 1:
                 width = next((e.width for e in ranked if e.width > width), width)
             if self.per_request and width == ranked[0].width:  # not exploring: each its own
-                self.lengths = request_lengths(profiles, curve, self.widest)
+                self.lengths = request_lengths(
+                    profiles, curve, self.widest, partial_drafter=self.partial_drafter
+                )
         if self.tp_group is not None and self.tp_group.world_size > 1:
             # rank 0's timings decide for all
             width, self.lengths = self.tp_group.broadcast_object((width, self.lengths))
@@ -240,8 +250,11 @@ class VerifyWidth:
             self.step_started = self.times.start(batch_size, width)
         else:  # timed by its own tokens, and by batch size at the nearest whole width
             self.acceptance.verified(batch.reqs, width, self.lengths.lengths)
-            total = self.lengths.total
-            self.step_started = self.times.start(batch_size, max(2, round(total / batch_size)), total)
+            total, rows = self.lengths.total, drafted_rows(self.lengths.lengths)
+            # A step drafting for part of the batch costs less than the uniform step its keys
+            # price, and would price uniform steps too low: its time is not a point of the curves.
+            shape = None if self.partial_drafter and rows is not None else max(2, round(total / batch_size))
+            self.step_started = self.times.start(batch_size, shape, total)
         return width
 
     def walked(self, reqs, front: torch.Tensor, lengths: torch.Tensor) -> None:

@@ -1,0 +1,71 @@
+"""Context injection deferred over plain steps (docs/adaptive.md, "A plain step's cost").
+
+A step that verifies one token a request (width 1: plain decoding, the drafter skipped) still owes
+the draft KV its committed tokens' target features. Nothing reads them until the drafter runs
+again, so they wait here and go in one call (one fused projection and one write per drafter
+layer, where each plain step paid its own): before the next drafter forward, before a prefill's
+injection (a freed slot may now hold a new prompt, which must be written last), and every
+`FLUSH_EVERY` plain steps (the features held stay small). The writes keep program order, so the
+drafter reads exactly the draft KV an eager injection would have left; and what the draft KV holds
+never decides an output token, only which drafts are proposed.
+
+Off (eager, as before) where KV leaves the device on someone else's schedule: PD disaggregation
+and the hierarchical cache.
+"""
+
+from __future__ import annotations
+
+import torch
+from sglang.srt.runtime_context import get_memory
+
+FLUSH_EVERY = 16  # plain steps held at most
+
+
+def deferral_off_because(server_args) -> str | None:
+    """Why plain steps inject eagerly on this server, or None where they defer."""
+    if server_args.disaggregation_mode not in (None, "null"):
+        return "PD disaggregation moves the KV"
+    if get_memory().enable_hierarchical_cache:
+        return "the hierarchical cache copies KV to the host"
+    return None
+
+
+class DeferredContext:
+    """The committed features of plain steps, not yet in the draft KV."""
+
+    def __init__(self, draft_model, draft_runner, stream, enabled: bool, limit: int = FLUSH_EVERY):
+        self.draft_model, self.draft_runner = draft_model, draft_runner
+        self.stream = stream  # the drafter's (runtime/streams.py): the draft KV is written there
+        self.enabled, self.limit = enabled, limit
+        self.pending: list[tuple[torch.Tensor, ...]] = []
+
+    def inject(self, hidden, positions, write_ids, lengths, plain: bool, graph_output: bool) -> None:
+        """Write the committed prefix (`lengths` a row of `write_ids` [bs, w]) of the step's
+        features, or hold them when the step was plain. graph_output: `hidden` lives in a CUDA
+        graph's output buffer, which the next replay overwrites."""
+        if plain and self.enabled:
+            self.pending.append((hidden.clone() if graph_output else hidden, positions, write_ids, lengths))
+            if len(self.pending) >= self.limit:
+                self.flush()
+            return
+        self.flush()
+        self.write(hidden, positions, write_ids, lengths)
+
+    def flush(self) -> None:
+        """Write everything held, in one call."""
+        if not self.pending:
+            return
+        held, self.pending = self.pending, []
+        if len(held) == 1:
+            self.write(*held[0])
+            return
+        hidden, positions, write_ids, lengths = (torch.cat(parts) for parts in zip(*held, strict=True))
+        self.write(hidden, positions, write_ids, lengths)
+
+    def write(self, hidden, positions, write_ids, lengths) -> None:
+        # Queued behind acceptance, ahead of the result copies and the next step's planning,
+        # which it overlaps on a GPU.
+        with self.stream.run(hidden, write_ids, lengths):
+            self.draft_model.write_context_kv(
+                self.draft_runner.token_to_kv_pool, hidden, positions, write_ids, commit_lens=lengths
+            )
