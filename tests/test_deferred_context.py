@@ -103,7 +103,7 @@ def test_a_drafted_step_writes_what_the_plain_steps_held_first():
     assert torch.equal(runner.token_to_kv_pool.slots[5], (later @ drafter.weight + 1)[0])
 
 
-def test_no_more_than_flush_every_plain_steps_are_held():
+def test_no_more_than_flush_every_plain_steps_or_a_block_are_held():
     drafter, runner = SlotDrafter(), Runner()
     context = DeferredContext(drafter, runner, DrafterStream("cpu", enabled=False), True)
     for k in range(3 * FLUSH_EVERY):
@@ -113,6 +113,10 @@ def test_no_more_than_flush_every_plain_steps_are_held():
         )
         assert len(context.pending) < FLUSH_EVERY
     assert drafter.calls == 3
+    # At a small block, no more than a block's worth of plain steps (one whole-block verify's).
+    assert (
+        DeferredContext(drafter, runner, DrafterStream("cpu", enabled=False), True, block_size=4).limit == 4
+    )
 
 
 def test_a_graph_output_is_copied_when_held_the_next_replay_overwrites_it():

@@ -15,6 +15,7 @@ from dflash_sglang.sampling.accept import greedy_accept
 from dflash_sglang.sampling.sampled_verify import sampled_accept
 from dflash_sglang.step import ragged
 from dflash_sglang.width import verify_width
+from dflash_sglang.width.partial_steps import MIN_STEPS, PRIOR_FIXED_SHARE, PartialSteps
 from dflash_sglang.width.policy import AcceptanceProfile, StepCost
 from dflash_sglang.width.request_lengths import (
     FORCED_LENGTHS_ENV,
@@ -218,3 +219,19 @@ def test_a_partial_drafter_drafts_for_the_one_good_request_where_drafting_all_wo
     assert partial.lengths[0] >= 4 and partial.lengths[1:] == (1,) * 7
     assert drafted_rows(partial.lengths) == [0]
     assert drafted_rows((3, 3)) is None and drafted_rows(None) is None
+
+
+def test_the_fixed_share_of_a_partial_step_is_learnt_from_its_times():
+    """Steps drafting 2 of 8 requests that cost as much as drafting all 8 imply a fixed share of 1;
+    ones that cost a quarter of the uniform step's extra, 0. Before MIN_STEPS, the prior."""
+    cost = StepCost([(8, 0.010), (64, 0.020)], plain_points=[(8, 0.010)], by_batch={8: [(2, 0.020)]})
+    steps = PartialSteps()
+    assert steps.fixed_share(cost) == PRIOR_FIXED_SHARE
+    for _ in range(MIN_STEPS):  # 2 of 8 drafted, one draft each: the uniform width-2 step costs 0.020
+        steps.record(8, 2, 10, 0.020)
+    assert steps.fixed_share(cost) == pytest.approx(1.0)
+    for _ in range(15):
+        steps.record(8, 2, 10, 0.0125)
+    assert steps.fixed_share(cost) == pytest.approx(0.0)
+    cost.partial_fixed = 1.0  # then a partial step is priced as the uniform one
+    assert ragged_seconds(cost, 8, 2, 2) == pytest.approx(cost.step(8, 2))

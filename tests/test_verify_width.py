@@ -1,6 +1,8 @@
 """width/verify_width.py without a server: the forced width cycle and its startup errors (the decode
 steps themselves are tested in tests/server/test_verify_width.py)."""
 
+from types import SimpleNamespace
+
 import pytest
 
 from dflash_sglang.errors import DFlashConfigError
@@ -41,8 +43,6 @@ def test_attention_dp_keeps_whole_blocks(monkeypatch):
 
 
 def fake_batch(size: int, histogram_len: int = 8):
-    from types import SimpleNamespace
-
     reqs = [SimpleNamespace(rid=f"r{size}-{i}", spec_correct_drafts_histogram=[0] * histogram_len)
             for i in range(size)]  # fmt: skip
     return SimpleNamespace(reqs=reqs)
@@ -112,15 +112,23 @@ def drafts_that_never_fit(monkeypatch) -> VerifyWidth:
 
 
 def test_adaptive_explores_one_width_wider_every_so_often(monkeypatch):
-    """Drafts that fail for every request: plain decoding wins, yet every EXPLORE_EVERY-th step
-    verifies width 2, so drafts that start to fit would be seen."""
+    """Drafts that fail for every request: plain decoding wins, yet an exploring step verifies
+    width 2 after EXPLORE_EVERY steps, then twice as far off each time while plain decoding still
+    wins, up to EXPLORE_AT_MOST_EVERY, so drafts that start to fit would be seen; once a drafted
+    width is rated best, the interval is EXPLORE_EVERY again."""
     widths = drafts_that_never_fit(monkeypatch)
     widths.ran_widest = verify_width.WIDEST_FIRST  # past the first widest steps (below)
     batch = fake_batch(1)
-    chosen = [widths.choose(batch) for _ in range(3 * verify_width.EXPLORE_EVERY)]
+    every, most = verify_width.EXPLORE_EVERY, verify_width.EXPLORE_AT_MOST_EVERY
+    chosen = [widths.choose(batch) for _ in range(400)]
     explored = [i for i, width in enumerate(chosen) if width != 1]
-    every = verify_width.EXPLORE_EVERY
-    assert explored == [every - 1, 2 * every - 1, 3 * every - 1] and {chosen[i] for i in explored} == {2}
+    assert {chosen[i] for i in explored} == {2}
+    gaps = [b - a for a, b in zip([-1, *explored], explored, strict=False)]
+    assert gaps[:3] == [every, 2 * every, 4 * every] and set(gaps[3:]) == {most}
+    widths.acceptance.pooled.accepted = [1000] * 7  # drafts that fit: a new request drafts
+    fresh = SimpleNamespace(reqs=[SimpleNamespace(rid="new", spec_correct_drafts_histogram=[0] * 8)])
+    after = [widths.choose(fresh) for _ in range(3)]
+    assert 1 not in after and widths.explore_every == every
 
 
 def test_adaptive_explores_the_best_rated_wider_width(monkeypatch):

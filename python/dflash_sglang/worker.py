@@ -131,7 +131,9 @@ class DFlashWorker(BaseSpecWorker):
         # The draft KV's injection, held over plain steps until the drafter reads it.
         eager_because = deferral_off_because(server_args)
         deferred = eager_because is None
-        self.context = DeferredContext(self.draft_model, self.draft_runner, self.drafter, deferred)
+        self.context = DeferredContext(
+            self.draft_model, self.draft_runner, self.drafter, deferred, self.block_size
+        )
         # The step's three phases (step/drafting.py, step/verifying.py, step/committing.py).
         self.draft = Drafting(
             self.model_runner, self.draft_runner, self.draft_model, self.drafter, self.tp,

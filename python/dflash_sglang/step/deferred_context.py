@@ -5,7 +5,8 @@ the draft KV its committed tokens' target features. Nothing reads them until the
 again, so they wait here and go in one call (one fused projection and one write per drafter
 layer, where each plain step paid its own): before the next drafter forward, before a prefill's
 injection (a freed slot may now hold a new prompt, which must be written last), and every
-`FLUSH_EVERY` plain steps (the features held stay small). The writes keep program order, so the
+`FLUSH_EVERY` plain steps or B, the block size, whichever is fewer (so what is held stays within
+what one whole-block verify captures at that batch size). The writes keep program order, so the
 drafter reads exactly the draft KV an eager injection would have left; and what the draft KV holds
 never decides an output token, only which drafts are proposed.
 
@@ -33,10 +34,10 @@ def deferral_off_because(server_args) -> str | None:
 class DeferredContext:
     """The committed features of plain steps, not yet in the draft KV."""
 
-    def __init__(self, draft_model, draft_runner, stream, enabled: bool, limit: int = FLUSH_EVERY):
+    def __init__(self, draft_model, draft_runner, stream, enabled: bool, block_size: int = FLUSH_EVERY):
         self.draft_model, self.draft_runner = draft_model, draft_runner
         self.stream = stream  # the drafter's (runtime/streams.py): the draft KV is written there
-        self.enabled, self.limit = enabled, limit
+        self.enabled, self.limit = enabled, min(FLUSH_EVERY, block_size)
         self.pending: list[tuple[torch.Tensor, ...]] = []
 
     def inject(self, hidden, positions, write_ids, lengths, plain: bool, graph_output: bool) -> None:

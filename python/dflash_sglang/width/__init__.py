@@ -6,6 +6,7 @@ step verifies, and the load-adaptive policy that chooses it.
     request_lengths.py       per-request lengths: each request's own width, one ragged verify
                              (engine-free)
     observations.py          what the policy learns: acceptance per request, step cost per width
+    partial_steps.py         what a ragged step drafting part of the batch costs (its fixed share)
     signal.py                what the width tells an operator (log line, metrics)
     simulated_acceptance.py  DFLASH_SGLANG_SIMULATE_ACCEPTANCE: acceptance drawn at set rates
                              (benchmarking only)

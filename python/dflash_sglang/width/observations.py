@@ -27,6 +27,7 @@ from collections.abc import Sequence
 
 import torch
 
+from .partial_steps import PartialSteps
 from .policy import AcceptanceProfile, StepCost, interpolate
 
 
@@ -85,6 +86,7 @@ class StepTimes:
         # batch 2 cost more than 8 at batch 1, and one curve over tokens mixed the two).
         self.by_batch: dict[int, dict[int, deque]] = {}
         self.open: deque = deque()  # steps not read yet
+        self.partial = PartialSteps()  # ragged steps drafting part of the batch
         # On a CPU the scheduler's host work between two steps adds to every step, whatever its
         # width: left out, it made narrow steps (more of them per token) look cheaper than they
         # are. The median of recent gaps (an idle server's long gaps are the few). On a GPU the
@@ -96,11 +98,11 @@ class StepTimes:
         self.cached: dict[int, list] = {}
         self.key_cache: dict[tuple[int, int], tuple[float, int, float]] = {}
 
-    def start(self, batch_size: int, width: int | None, tokens: int | None = None):
+    def start(self, batch_size: int, width: int, tokens: int | None = None, drafted: int | None = None):
         """A step of `width` a request, or of `tokens` verify tokens in all (per-request lengths:
-        then priced at the nearest whole width by batch size, and by its own tokens); width None:
-        a step timed only for the host's time between steps."""
-        key = (batch_size, width, tokens or batch_size * (width or 1))
+        then priced at the nearest whole width by batch size, and by its own tokens); `drafted`:
+        a ragged step that drafted only that many of its requests (width/partial_steps.py)."""
+        key = (batch_size, width, tokens or batch_size * width, drafted)
         if not self.on_gpu and self.stopped_at is not None:
             self.gaps.append(time.perf_counter() - self.stopped_at)
         if self.on_gpu:
@@ -116,17 +118,24 @@ class StepTimes:
             end.record()
             self.open.append((key, start, end))
             while self.open and self.open[0][2].query():  # finished steps only: never wait
-                (batch_size, width, tokens), start, end = self.open.popleft()
-                if width is not None:
-                    self.record(batch_size, width, start.elapsed_time(end) / 1000, tokens)
+                (batch_size, width, tokens, drafted), start, end = self.open.popleft()
+                self.record(batch_size, width, start.elapsed_time(end) / 1000, tokens, drafted)
         else:
             self.stopped_at = time.perf_counter()
-            batch_size, width, tokens = key
-            if width is not None:
-                self.record(batch_size, width, self.stopped_at - start, tokens)
+            batch_size, width, tokens, drafted = key
+            self.record(batch_size, width, self.stopped_at - start, tokens, drafted)
 
-    def record(self, batch_size: int, width: int, seconds: float, tokens: int | None = None) -> None:
-        if width == 1:
+    def record(
+        self,
+        batch_size: int,
+        width: int,
+        seconds: float,
+        tokens: int | None = None,
+        drafted: int | None = None,
+    ) -> None:
+        if drafted is not None:  # cheaper than the uniform step its keys price: not a point of theirs
+            self.partial.record(batch_size, drafted, tokens, seconds)
+        elif width == 1:
             self.add(self.plain, batch_size, seconds)
         else:
             self.add(self.seconds, tokens or batch_size * width, seconds)
@@ -156,10 +165,12 @@ class StepTimes:
             return None
         by_batch = {bs: self.points(widths) for bs, widths in self.by_batch.items()}
         between = statistics.median(self.gaps) if self.gaps else 0.0
-        return StepCost(
+        cost = StepCost(
             self.points(self.seconds), plain_points=self.points(self.plain), by_batch=by_batch,
             between_steps=between,
         )  # fmt: skip
+        cost.partial_fixed = self.partial.fixed_share(cost)
+        return cost
 
     def unmeasured_plain(self, batch_size: int) -> bool:
         """Plain decoding not timed yet at this batch size. Its curve is by batch size, and one

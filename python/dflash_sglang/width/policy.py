@@ -39,6 +39,9 @@ class StepCost:
     # Measured drafted steps of one batch size: {batch size: [(width, seconds), ...]}.
     by_batch: dict = field(default_factory=dict)
     between_steps: float = 0.0  # host seconds between two steps, whatever their width
+    # The share of a drafted step's extra cost that a ragged step drafting part of the batch pays
+    # whatever its drafted requests (width/partial_steps.py).
+    partial_fixed: float = 0.25
 
     def target(self, tokens: int) -> float:
         return interpolate(self.points, tokens)

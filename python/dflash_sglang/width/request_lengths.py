@@ -13,8 +13,9 @@ falls with k (AcceptanceProfile). For every total T, the L with the most expecte
 the T - bs largest gains over all requests (each request's gains are taken in order, since they
 fall), so one pass over the sorted gains rates every T. The cost is the adaptive width's curve
 (width/policy.StepCost): the plain step plus, where the drafter runs only for the n requests
-verifying drafts (step/drafting.py, without a draft window), their share n / bs of a uniform
-step at their mean width (`ragged_seconds`); with every request drafted, the curve at T / bs.
+verifying drafts (step/drafting.py, without a draft window), a share of a uniform step's extra
+cost at their mean width, n / bs beyond a fixed part the partial steps' times tell
+(`ragged_seconds`, width/partial_steps.py); with every request drafted, the curve at T / bs.
 
 Switches: `DFLASH_SGLANG_REQUEST_LENGTHS=0` verifies one width a batch (the adaptive width's); `=1`
 asks for per-request lengths, and fails at startup where the path cannot verify them (why is
@@ -97,12 +98,15 @@ def request_lengths(
 
 def ragged_seconds(cost: StepCost, batch_size: int, drafts: int, drafted: int) -> float:
     """A step verifying `drafts` drafts in all, over `drafted` of its requests (the rest plain):
-    the plain step, plus the drafted requests' share of a uniform step of their mean width. Where
-    the drafter runs for every request, `drafted` is the batch size: the uniform step at T / bs."""
+    the plain step, plus the drafted requests' share of a uniform step's extra cost at their mean
+    width, beyond the share every partial step pays (width/partial_steps.py). Where the drafter
+    runs for every request, `drafted` is the batch size: the uniform step at T / bs."""
     plain = cost.step(batch_size, 1)
     if drafts == 0:
         return plain
-    return plain + drafted / batch_size * (cost.step(batch_size, 1 + drafts / drafted) - plain)
+    part = drafted / batch_size
+    share = part + (1 - part) * cost.partial_fixed
+    return plain + share * (cost.step(batch_size, 1 + drafts / drafted) - plain)
 
 
 def drafted_rows(lengths: Sequence[int] | None) -> list[int] | None:

@@ -62,6 +62,11 @@ REPORT_EVERY = 100  # steps between log lines of the widths that ran (SGLang log
 # costs beyond it. Best-rated, not the next wider: drafts that never fit explore width 2, while a
 # tree settled at 5 nodes explores the 16 its estimates nearly favour.
 EXPLORE_EVERY = 16
+# ... while plain decoding is rated best for the whole batch, each exploring step doubles the
+# interval to the next, up to this: drafts that never fit paid one drafted step in 16 for nothing
+# (a fifth of a plain step's cost each time, at batch 16 and block 16). A step that rates a drafted
+# width best starts it over at EXPLORE_EVERY.
+EXPLORE_AT_MOST_EVERY = 64
 # Until the widest has run this often, every EXPLORE_FIRST_EVERY-th step explores it instead:
 # one widest step shows what every narrower width would have accepted (a chain's positions, a
 # tree's smaller budgets), so the estimates stop leaning on the prior early. Without it a tree
@@ -142,6 +147,7 @@ class VerifyWidth:
         self.times = StepTimes(device) if self.adaptive else None
         self.signal = WidthSignal(metrics, tp_rank) if self.adaptive else None
         self.steps, self.ran, self.step_started, self.ran_widest = 0, Counter(), None, 0
+        self.explore_every, self.next_explore = EXPLORE_EVERY, EXPLORE_EVERY - 1
         # Ragged steps among them, and the requests' own lengths there (request-steps by length).
         self.ragged_steps, self.ran_lengths = 0, Counter()
         self.probed: set[int] = set()  # batch sizes the widest has been chosen at
@@ -229,8 +235,11 @@ class VerifyWidth:
                 width = self.widest  # its own point prices this batch size's widths
             elif early_widest and worth_a_look(ranked, self.widest, WIDEST_WORTH):
                 width = self.widest
-            elif self.steps % EXPLORE_EVERY == EXPLORE_EVERY - 1:
+            elif self.steps >= self.next_explore:
                 width = next((e.width for e in ranked if e.width > width), width)
+                self.explore_later(plain_wins=ranked[0].width == 1)
+            elif ranked[0].width > 1 and self.explore_every > EXPLORE_EVERY:
+                self.drafting_wins()
             if self.per_request and width == ranked[0].width:  # not exploring: each its own
                 self.lengths = request_lengths(
                     profiles, curve, self.widest, partial_drafter=self.partial_drafter
@@ -251,11 +260,24 @@ class VerifyWidth:
         else:  # timed by its own tokens, and by batch size at the nearest whole width
             self.acceptance.verified(batch.reqs, width, self.lengths.lengths)
             total, rows = self.lengths.total, drafted_rows(self.lengths.lengths)
-            # A step drafting for part of the batch costs less than the uniform step its keys
-            # price, and would price uniform steps too low: its time is not a point of the curves.
-            shape = None if self.partial_drafter and rows is not None else max(2, round(total / batch_size))
-            self.step_started = self.times.start(batch_size, shape, total)
+            drafted = len(rows) if self.partial_drafter and rows is not None else None  # part of the batch
+            self.step_started = self.times.start(
+                batch_size, max(2, round(total / batch_size)), total, drafted
+            )
         return width
+
+    def explore_later(self, plain_wins: bool) -> None:
+        """An exploring step: the next one further off while plain decoding wins, else at
+        EXPLORE_EVERY."""
+        self.explore_every = (
+            min(2 * self.explore_every, EXPLORE_AT_MOST_EVERY) if plain_wins else EXPLORE_EVERY
+        )
+        self.next_explore = self.steps + self.explore_every
+
+    def drafting_wins(self) -> None:
+        """A step rating a drafted width best: exploring at EXPLORE_EVERY again."""
+        self.explore_every = EXPLORE_EVERY
+        self.next_explore = min(self.next_explore, self.steps + EXPLORE_EVERY)
 
     def walked(self, reqs, front: torch.Tensor, lengths: torch.Tensor) -> None:
         """A tree step's accepted path (tree_verify.accept): what each budget would have accepted."""
