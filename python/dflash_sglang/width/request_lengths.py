@@ -76,9 +76,15 @@ def request_lengths(
         for q in profile.acceptance()[: widest - 1]:
             chain *= q
             gains.append((chain, i))
-    gains.sort(key=lambda gain: -gain[0])  # stable: a request's equal gains keep their order
     plain_seconds = cost.step(bs, 1)
     best_rate, best_taken, best = (1 + plain_margin) * bs / plain_seconds, 0, (float(bs), plain_seconds)
+    # Every drafted choice commits at most all the gains and costs at least one draft's step: where
+    # even that does not beat plain decoding (drafts that rarely fit), the search is not worth its
+    # host time (most of a millisecond at batch 16 and block 16, a step every step).
+    cheapest = ragged_seconds(cost, bs, 1, 1 if partial_drafter else bs, plain_seconds)
+    if (bs + sum(gain for gain, _ in gains)) / cheapest <= best_rate:
+        return RequestLengths((1,) * bs, *best)
+    gains.sort(key=lambda gain: -gain[0])  # stable: a request's equal gains keep their order
     stride = max(1, len(gains) // RATED_TOTALS)
     tokens, drafted, seen = float(bs), 0, [False] * bs
     for taken, (gain, i) in enumerate(gains, start=1):
@@ -87,7 +93,7 @@ def request_lengths(
         seen[i] = True
         if taken % stride and taken != len(gains):
             continue
-        seconds = ragged_seconds(cost, bs, taken, drafted if partial_drafter else bs)
+        seconds = ragged_seconds(cost, bs, taken, drafted if partial_drafter else bs, plain_seconds)
         if tokens / seconds > best_rate:
             best_rate, best_taken, best = tokens / seconds, taken, (tokens, seconds)
     lengths = [1] * bs
@@ -96,12 +102,14 @@ def request_lengths(
     return RequestLengths(tuple(lengths), *best)
 
 
-def ragged_seconds(cost: StepCost, batch_size: int, drafts: int, drafted: int) -> float:
+def ragged_seconds(
+    cost: StepCost, batch_size: int, drafts: int, drafted: int, plain: float | None = None
+) -> float:
     """A step verifying `drafts` drafts in all, over `drafted` of its requests (the rest plain):
     the plain step, plus the drafted requests' share of a uniform step's extra cost at their mean
     width, beyond the share every partial step pays (width/partial_steps.py). Where the drafter
     runs for every request, `drafted` is the batch size: the uniform step at T / bs."""
-    plain = cost.step(batch_size, 1)
+    plain = cost.step(batch_size, 1) if plain is None else plain  # (the caller's, when it has it)
     if drafts == 0:
         return plain
     part = drafted / batch_size

@@ -64,7 +64,7 @@ REPORT_EVERY = 100  # steps between log lines of the widths that ran (SGLang log
 EXPLORE_EVERY = 16
 # ... while plain decoding is rated best for the whole batch, each exploring step doubles the
 # interval to the next, up to this: drafts that never fit paid one drafted step in 16 for nothing
-# (a fifth of a plain step's cost each time, at batch 16 and block 16). A step that rates a drafted
+# (each about 1.7x a plain step, at batch 16 and block 16). A step that rates a drafted
 # width best starts it over at EXPLORE_EVERY.
 EXPLORE_AT_MOST_EVERY = 64
 # Until the widest has run this often, every EXPLORE_FIRST_EVERY-th step explores it instead:
