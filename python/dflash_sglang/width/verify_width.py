@@ -210,10 +210,11 @@ class VerifyWidth:
             if self.signal is not None:  # plain decoding for most of the load, in the log and metrics
                 self.signal.report(self.ran, self.acceptance.recent_accepted_drafts(), self.widest)
             if self.last_view is not None:  # why: the latest choice's estimates, best first
-                bs, ranked = self.last_view
+                bs, ranked, fixed_share = self.last_view
                 logger.info(
-                    "dflash_sglang: adaptive width estimates at batch %d: %s", bs, ", ".join(map(str, ranked))
-                )
+                    "dflash_sglang: adaptive width estimates at batch %d: %s (partial steps: fixed %.2f)",
+                    bs, ", ".join(map(str, ranked)), fixed_share,
+                )  # fmt: skip
             self.ran.clear()
         return width
 
@@ -225,7 +226,7 @@ class VerifyWidth:
             width = self.times.unmeasured_width(batch_size, self.candidates) or self.widest
         else:
             ranked = ranked_widths(profiles, curve, self.candidates)
-            self.last_view = (batch_size, ranked)
+            self.last_view = (batch_size, ranked, curve.partial_fixed)
             width = ranked[0].width
             widest_turn = self.steps % EXPLORE_FIRST_EVERY == EXPLORE_FIRST_EVERY - 1
             early_widest = self.ran_widest < WIDEST_FIRST and widest_turn
