@@ -7,6 +7,8 @@ step at once leaves, in fewer calls, including a slot written twice (a freed slo
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 from dflash_sglang.runtime.streams import DrafterStream
@@ -127,3 +129,30 @@ def test_a_graph_output_is_copied_when_held_the_next_replay_overwrites_it():
     buffer.fill_(9.0)  # the next replay
     context.flush()
     assert torch.equal(runner.token_to_kv_pool.slots[3], (torch.ones(1, FEATURES) @ drafter.weight)[0])
+
+
+class RecordingStream:
+    """Stands in for DrafterStream on a GPU: which tensors each run() declared it reads."""
+
+    def __init__(self):
+        self.declared: list[int] = []
+
+    @contextlib.contextmanager
+    def run(self, *reads):
+        self.declared.extend(id(tensor) for tensor in reads)
+        yield
+
+
+def test_the_held_tensors_are_declared_to_the_drafter_stream_that_reads_them():
+    """On a GPU the flush concatenates main's tensors on the drafter's stream: each must be
+    recorded there (DrafterStream.run), or main's allocator could reuse its memory mid-read."""
+    drafter, runner, stream = SlotDrafter(), Runner(), RecordingStream()
+    context = DeferredContext(drafter, runner, stream, True)
+    held = []
+    for k in range(3):
+        step = (torch.randn(2, FEATURES), torch.tensor([k, k]), torch.tensor([[k], [k + 9]]), torch.ones(2))
+        held.extend(step)
+        context.inject(*step, plain=True, graph_output=False)
+    assert not stream.declared  # nothing written yet
+    context.flush()
+    assert {id(tensor) for tensor in held} <= set(stream.declared) and drafter.calls == 1

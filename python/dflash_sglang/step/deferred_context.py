@@ -1,4 +1,4 @@
-"""Context injection deferred over plain steps (docs/adaptive.md, "A plain step's cost").
+"""Context injection deferred over plain steps (docs/adaptive.md, "A plain step's injection").
 
 A step that verifies one token a request (width 1: plain decoding, the drafter skipped) still owes
 the draft KV its committed tokens' target features. Nothing reads them until the drafter runs
@@ -57,16 +57,15 @@ class DeferredContext:
         if not self.pending:
             return
         held, self.pending = self.pending, []
-        if len(held) == 1:
-            self.write(*held[0])
-            return
-        hidden, positions, write_ids, lengths = (torch.cat(parts) for parts in zip(*held, strict=True))
-        self.write(hidden, positions, write_ids, lengths)
+        # On the drafter's stream, the held tensors (main's) are read there too: recorded by run().
+        with self.stream.run(*(tensor for step in held for tensor in step)):
+            parts = held[0] if len(held) == 1 else [torch.cat(part) for part in zip(*held, strict=True)]
+            self.write(*parts)
 
     def write(self, hidden, positions, write_ids, lengths) -> None:
         # Queued behind acceptance, ahead of the result copies and the next step's planning,
         # which it overlaps on a GPU.
-        with self.stream.run(hidden, write_ids, lengths):
+        with self.stream.run(hidden, positions, write_ids, lengths):
             self.draft_model.write_context_kv(
                 self.draft_runner.token_to_kv_pool, hidden, positions, write_ids, commit_lens=lengths
             )
