@@ -75,7 +75,10 @@ def prompt_ids(pair):
 
 def test_both_sides_serve_our_worker(pd):
     for server in (pd.prefill, pd.decode):
-        assert f"DFLASH served by dflash_sglang.{WORKERS[pd.kind][1]}" in server.log_path.read_text()
+        log = server.log_path.read_text()
+        assert f"DFLASH served by dflash_sglang.{WORKERS[pd.kind][1]}" in log
+        # The transfer moves draft KV by slot: nothing of it may wait (step/deferred_context.py).
+        assert "plain steps' context injected at once (PD disaggregation moves the KV)" in log
 
 
 def test_greedy_through_the_router_equals_the_reference_drafts_included(pair, pd, prompt_ids):

@@ -75,6 +75,7 @@ def test_overlap_toggles_as_the_seed_cards_use_them(request, server, worker, sch
     run with SGLANG_ENABLE_DFLASH_SPEC_V2=1 and with no flag (conftest.py)."""
     log = request.getfixturevalue(server).log_path.read_text()
     assert f"DFLASH served by dflash_sglang.{worker} ({schedule} schedule" in log
+    assert "plain steps' context deferred)" in log  # step/deferred_context.py, on by default
     assert "subprocesses fork from the launcher" in log  # the test session's switch (conftest.py)
     assert_no_warning_of_ours(log)
 
