@@ -20,8 +20,10 @@ from dflash_sglang.width.policy import AcceptanceProfile, StepCost
 from dflash_sglang.width.request_lengths import (
     FORCED_LENGTHS_ENV,
     LENGTHS_ENV,
+    PARTIAL_DRAFTER_ENV,
     drafted_rows,
     forced_lengths,
+    partial_drafter_requested,
     ragged_seconds,
     request_lengths,
 )
@@ -235,3 +237,12 @@ def test_the_fixed_share_of_a_partial_step_is_learnt_from_its_times():
     assert steps.fixed_share(cost) == pytest.approx(0.0)
     cost.partial_fixed = 1.0  # then a partial step is priced as the uniform one
     assert ragged_seconds(cost, 8, 2, 2) == pytest.approx(cost.step(8, 2))
+
+
+def test_the_partial_drafter_switch(monkeypatch):
+    monkeypatch.delenv(PARTIAL_DRAFTER_ENV, raising=False)
+    assert not partial_drafter_requested(None)  # off by default
+    monkeypatch.setenv(PARTIAL_DRAFTER_ENV, "1")
+    assert partial_drafter_requested(None)
+    with pytest.raises(DFlashConfigError, match="PARTIAL_DRAFTER=1 with --speculative-draft-window-size"):
+        partial_drafter_requested(64)

@@ -56,6 +56,7 @@ from .step.tp_agreement import TpAgreement, draft_scope
 from .step.verifying import ChainRule, SimulatedRule, TreeRule, Verifying
 from .tree import verify as tree_verify
 from .tree.switches import tree_settings
+from .width.request_lengths import partial_drafter_requested
 from .width.simulated_acceptance import SimulatedAcceptance
 from .width.verify_width import VerifyWidth, adaptive_default_off_because
 
@@ -119,7 +120,7 @@ class DFlashWorker(BaseSpecWorker):
             ragged_off_because=ragged_off_because(
                 self.model_runner, self.tree, self.block_verification, self.simulated
             ),
-            partial_drafter=self.window_size is None,  # a ring drafts every request (step/drafting.py)
+            partial_drafter=partial_drafter_requested(self.window_size),
         )  # fmt: skip
         draft_vocab = None  # a tree's: the drafter's log q
         if self.tree is not None:  # refuses what trees do not serve yet
@@ -138,6 +139,7 @@ class DFlashWorker(BaseSpecWorker):
         self.draft = Drafting(
             self.model_runner, self.draft_runner, self.draft_model, self.drafter, self.tp,
             self.block_size, self.device, self.context, self.tree, draft_vocab, self.sampled_drafts,
+            partial=self.widths.partial_drafter,
         )  # fmt: skip
         self.verify = self.verify_phase()
         self.commit = Committing(self.context)

@@ -2,7 +2,8 @@
 decode step's width through a changing cycle, whole block, plain decoding (width 1) and partial
 blocks in turn, so consecutive steps switch width, per step, across the batch; and
 `DFLASH_SGLANG_FORCED_REQUEST_LENGTHS` forces per-request lengths through the same cycle, request i
-of step s at cycle[(s + i) % 8], so every batch mixes lengths in one ragged verify (step/ragged.py).
+of step s at cycle[(s + i) % 8], so every batch mixes lengths in one ragged verify (step/ragged.py),
+with the drafter run only for the requests of length above 1 (`DFLASH_SGLANG_PARTIAL_DRAFTER=1`).
 
 - dense target (block 8), the sync worker with the width cycle, the overlap worker with the
   per-request cycle: prompts one at a time, 8 concurrent and a radix hit equal the engine-free
@@ -27,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from dflash_sglang.width.request_lengths import FORCED_LENGTHS_ENV
+from dflash_sglang.width.request_lengths import FORCED_LENGTHS_ENV, PARTIAL_DRAFTER_ENV
 from dflash_sglang.width.verify_width import ADAPTIVE_ENV, REPORT_EVERY, WIDTHS_ENV
 from dflash_sglang_tools.testing.server import SGLangServer
 
@@ -39,7 +40,9 @@ from .pairs import load, reference, word_prompts
 BLOCK = 8
 MAX_NEW = 32
 CYCLE = "8,1,4,2,8,3,1,6"
-WORKERS = {"overlap-per-request": (OVERLAP_CHECKED, FORCED_LENGTHS_ENV), "sync": (PLAIN, WIDTHS_ENV)}
+# The per-request server drafts only the requests that verify drafts (DFLASH_SGLANG_PARTIAL_DRAFTER).
+PER_REQUEST = {**OVERLAP_CHECKED, PARTIAL_DRAFTER_ENV: "1"}
+WORKERS = {"overlap-per-request": (PER_REQUEST, FORCED_LENGTHS_ENV), "sync": (PLAIN, WIDTHS_ENV)}
 STARTUP = {FORCED_LENGTHS_ENV: "forced per-request lengths", WIDTHS_ENV: "forced cycle"}
 
 

@@ -38,12 +38,13 @@ class Drafting:
 
     def __init__(self, model_runner, draft_runner, draft_model, stream, tp: TpAgreement, block_size: int,
                  device, context: DeferredContext, tree=None, draft_vocab=None,
-                 sampled_drafts: bool = False):  # fmt: skip
+                 sampled_drafts: bool = False, partial: bool = False):  # fmt: skip
         self.model_runner, self.draft_runner, self.draft_model = model_runner, draft_runner, draft_model
         self.stream = stream  # the drafter's CUDA stream (runtime/streams.py)
         self.tp = tp  # sampled drafts: every TP rank verifies rank 0's draws
         self.block_size, self.device = block_size, device
         self.context = context  # plain steps' injections, written before the drafter reads
+        self.partial = partial  # a ragged step drafts only its requests that verify drafts
         self.tree, self.draft_vocab = tree, draft_vocab  # tree settings, the drafter's log q
         self.sampled_drafts = sampled_drafts  # at T > 0 (sampling/sampled_drafts.py)
         self.mask_token_id = draft_model.config.mask_token_id
@@ -57,7 +58,8 @@ class Drafting:
 
     def draft_on_drafter_stream(self, batch, state, width: int, lengths=None) -> Block:
         """Draft the whole block (nothing at width 1); the verify takes the first `width` positions
-        (or each request its own `lengths`: then only the requests verifying drafts are drafted)."""
+        (or each request its own `lengths`: then, with the partial drafter, only the requests
+        verifying drafts are drafted)."""
         bs, seq_lens = len(batch.seq_lens), batch.seq_lens
         size = self.block_size if width > 1 or self.window is not None else 1
         positions = seq_lens.unsqueeze(1) + self.block_offsets[:size]  # [bs, size]
@@ -69,7 +71,7 @@ class Drafting:
         kv_plan = block_kv_plan(self.model_runner.kv_index_translator, batch, host_lens, cache_loc, size)
         draft_loc, proposal = None, None  # the injected KV's slots (the target's, or the ring's); q
         if size > 1:
-            rows = None if self.window is not None else drafted_rows(lengths)
+            rows = drafted_rows(lengths) if self.partial else None
             hidden, draft_loc = self.run_drafter(batch, state, block_ids, positions, cache_loc, kv_plan, rows)
             if self.tree is not None:
                 return self.tree_block(batch, state.bonus_tokens, hidden[:, 1:], host_lens, width)

@@ -20,6 +20,7 @@ cost at their mean width, n / bs beyond a fixed part the partial steps' times te
 Switches: `DFLASH_SGLANG_REQUEST_LENGTHS=0` verifies one width a batch (the adaptive width's); `=1`
 asks for per-request lengths, and fails at startup where the path cannot verify them (why is
 named). `DFLASH_SGLANG_FORCED_REQUEST_LENGTHS="8,1,4"` forces a cycle (a testing switch).
+`DFLASH_SGLANG_PARTIAL_DRAFTER=1`: a ragged step drafts only its requests of length > 1, priced so.
 Nothing here touches SGLang; width/verify_width.py calls it with host-side numbers.
 """
 
@@ -34,6 +35,9 @@ from .policy import PLAIN_MARGIN, StepCost
 
 LENGTHS_ENV = "DFLASH_SGLANG_REQUEST_LENGTHS"  # per-request lengths, with the adaptive width
 FORCED_LENGTHS_ENV = "DFLASH_SGLANG_FORCED_REQUEST_LENGTHS"  # "1,4,8": a testing cycle
+# A ragged step drafts only its requests of length > 1 (off by default: on the mixed load it ran
+# below drafting every request, 2026-11-27, docs/adaptive.md).
+PARTIAL_DRAFTER_ENV = "DFLASH_SGLANG_PARTIAL_DRAFTER"
 
 # Rates are compared at about this many totals T (every T at small batches): a batch of 32 at
 # block 16 has 480 totals, and pricing each on the curve every step cost milliseconds of host time.
@@ -165,6 +169,17 @@ def per_request_requested(off_because: str | None) -> bool:
         return off_because is None
     if on and off_because is not None:
         raise DFlashConfigError(f"{LENGTHS_ENV}=1: {off_because}")
+    return on
+
+
+def partial_drafter_requested(window_size: int | None) -> bool:
+    """The partial drafter switch: `1` on (refused with a draft window, whose ring drafts every
+    request), unset or `0` off."""
+    on = bool(switch_value(PARTIAL_DRAFTER_ENV))
+    if on and window_size is not None:
+        raise DFlashConfigError(
+            f"{PARTIAL_DRAFTER_ENV}=1 with --speculative-draft-window-size: the ring drafts every request"
+        )
     return on
 
 

@@ -170,7 +170,8 @@ class VerifyWidth:
         if self.adaptive:
             how = "adaptive" if explicit else f"adaptive (the default here; {ADAPTIVE_ENV}=0 turns it off)"
             if self.per_request:
-                return f"{how}, per request ({LENGTHS_ENV}=0: one width a batch)"
+                partial = ", drafting only requests that verify drafts" if self.partial_drafter else ""
+                return f"{how}, per request ({LENGTHS_ENV}=0: one width a batch{partial})"
             return f"{how}, one width a batch ({self.ragged_off_because})" if self.widest > 1 else how
         if explicit or not self.default_off_because:
             return "the block size"
