@@ -2,8 +2,9 @@
 decode step's width through a changing cycle, whole block, plain decoding (width 1) and partial
 blocks in turn, so consecutive steps switch width, per step, across the batch; and
 `DFLASH_SGLANG_FORCED_REQUEST_LENGTHS` forces per-request lengths through the same cycle, request i
-of step s at cycle[(s + i) % 8], so every batch mixes lengths in one ragged verify (step/ragged.py),
-with the drafter run only for the requests of length above 1 (`DFLASH_SGLANG_PARTIAL_DRAFTER=1`).
+of step s at cycle[(s + i) % 8], so every batch mixes lengths in one ragged verify (step/ragged.py);
+a second such server runs the drafter only for the requests of length above 1
+(`DFLASH_SGLANG_PARTIAL_DRAFTER=1`): greedy equal to the reference there too.
 
 - dense target (block 8), the sync worker with the width cycle, the overlap worker with the
   per-request cycle: prompts one at a time, 8 concurrent and a radix hit equal the engine-free
@@ -18,7 +19,7 @@ with the drafter run only for the requests of length above 1 (`DFLASH_SGLANG_PAR
 Hybrid (Gated DeltaNet) targets commit their recurrent state at every width in
 test_hybrid_worker.py, whose extra_buffer_lazy and no_buffer servers run forced width cycles.
 
-Three servers, one at a time.
+Four servers, one at a time.
 """
 
 from __future__ import annotations
@@ -40,9 +41,15 @@ from .pairs import load, reference, word_prompts
 BLOCK = 8
 MAX_NEW = 32
 CYCLE = "8,1,4,2,8,3,1,6"
-# The per-request server drafts only the requests that verify drafts (DFLASH_SGLANG_PARTIAL_DRAFTER).
-PER_REQUEST = {**OVERLAP_CHECKED, PARTIAL_DRAFTER_ENV: "1"}
-WORKERS = {"overlap-per-request": (PER_REQUEST, FORCED_LENGTHS_ENV), "sync": (PLAIN, WIDTHS_ENV)}
+# The partial drafter (DFLASH_SGLANG_PARTIAL_DRAFTER, off by default) has its own server: its plain
+# rows' drafts come from zero features, whose near-uniform q leaves the residual near p, so the
+# law test there would lose the power to catch ragged_bonus_from_residual (tests/planted/).
+PARTIAL = {**OVERLAP_CHECKED, PARTIAL_DRAFTER_ENV: "1"}
+WORKERS = {
+    "overlap-per-request": (OVERLAP_CHECKED, FORCED_LENGTHS_ENV),
+    "overlap-partial-drafter": (PARTIAL, FORCED_LENGTHS_ENV),
+    "sync": (PLAIN, WIDTHS_ENV),
+}
 STARTUP = {FORCED_LENGTHS_ENV: "forced per-request lengths", WIDTHS_ENV: "forced cycle"}
 
 
