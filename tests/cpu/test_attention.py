@@ -11,7 +11,7 @@ from sglang.srt.layers.radix_attention import AttentionType
 from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool
 from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
-from dflash_sglang.cpu.attention import block_visibility, forward_extend_on_cpu, paged_attention
+from dflash_sglang.cpu.attention import block_visibility, forward_extend_on_cpu, paged_attention, request_mask
 
 Q_HEADS, KV_HEADS, DIM, BLOCK = 4, 2, 8, 4
 PREFIXES = [0, 5, 11]  # committed tokens per request
@@ -151,6 +151,40 @@ def test_verify_equals_sglang_extend_with_the_block_as_extension(batch, causal, 
         scaling=0.3, causal=causal, window=window,
     )  # fmt: skip
     torch.testing.assert_close(got, extend_out, rtol=1e-10, atol=1e-10)
+
+
+def test_request_masks_are_left_out_only_where_every_key_is_visible():
+    """None (SDPA's mask-free path) exactly where block_visibility is all True; the mask itself
+    everywhere else."""
+    for prefix in (0, 1, 7):
+        for block_len in (1, 2, 5):
+            for causal in (True, False):
+                for window in (None, 0, 2, 50):
+                    want = block_visibility(prefix, block_len, causal, window)
+                    got = request_mask(prefix, block_len, causal, window, "cpu")
+                    if got is None:
+                        assert window is None and want.all()
+                    else:
+                        assert torch.equal(got, want), (prefix, block_len, causal, window)
+    assert request_mask(7, 1, True, None, "cpu") is None  # a width-1 verify, as a decode
+    assert request_mask(7, 5, False, None, "cpu") is None  # the drafter's non-causal block
+
+
+def test_a_width_1_verify_attends_as_sglangs_decode_bit_for_bit(batch):
+    """A width-1 step's verify attention runs what no-spec's decode runs (torch_native's SDPA
+    without a mask), so it gives the very same bits."""
+    rows, prefixes = batch.rows, batch.prefixes
+    q = batch.q[: len(ROWS)]  # one query a request, at position prefix
+    backend = TorchNativeAttnBackend.__new__(TorchNativeAttnBackend)  # only its SDPA helper is used
+    decode_out = torch.empty_like(q)
+    backend._run_sdpa_forward_decode(
+        q, decode_out, batch.k_cache, batch.v_cache, batch.req_to_token, rows, prefixes + 1,
+        scaling=0.3, enable_gqa=True, causal=False,
+    )  # fmt: skip
+    got = verify_attention(
+        q, batch.k_cache, batch.v_cache, batch.req_to_token, rows, prefixes, 1, scaling=0.3, causal=True
+    )
+    torch.testing.assert_close(got, decode_out, rtol=0, atol=0)
 
 
 def test_block_visibility_shapes_the_mask():

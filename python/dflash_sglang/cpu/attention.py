@@ -49,17 +49,24 @@ def block_visibility(prefix_len: int, block_len: int, causal: bool, window: int 
 
 
 def sink_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, scale: float, sinks: torch.Tensor
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None,
+    scale: float,
+    sinks: torch.Tensor,
 ) -> torch.Tensor:
     """Softmax attention with one sink logit per query head.
 
     q: [heads, q_len, dim]; k/v: [kv_heads, k_len, dim] (grouped-query heads share a kv head);
-    mask: [q_len, k_len] bool, True where visible; sinks: [heads]. Returns [heads, q_len, v_dim].
+    mask: [q_len, k_len] bool, True where visible, or None (all); sinks: [heads]. Returns
+    [heads, q_len, v_dim].
     """
     group = q.shape[0] // k.shape[0]
     k, v = k.repeat_interleave(group, 0), v.repeat_interleave(group, 0)
     scores = (q @ k.transpose(-1, -2)) * scale
-    scores = scores.masked_fill(~mask, float("-inf"))
+    if mask is not None:  # None: every key visible (request_mask)
+        scores = scores.masked_fill(~mask, float("-inf"))
     sink = sinks.to(scores.dtype).view(-1, 1, 1).expand(-1, q.shape[1], 1)
     probs = torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1)[..., :-1]
     return probs @ v
@@ -136,13 +143,25 @@ def request_plans(req_to_token, req_pool_indices, prefix_lens, query_lens, causa
         if to_pool_slots is not None:
             slots = to_pool_slots(slots).long()
         if tree_mask is None:
-            mask = block_visibility(prefix, n, causal, window).to(req_to_token.device)
+            mask = request_mask(prefix, n, causal, window, req_to_token.device)
         else:
             mask = torch.cat([tree_mask.new_ones(n, prefix), tree_mask[i]], dim=1)
         plans.append((slots, mask))
     if key is not None:
         plan_cache[key] = plans
     return plans
+
+
+def request_mask(prefix_len: int, block_len: int, causal: bool, window: int | None, device):
+    """A request's visibility mask, or None where every key is visible: one causal query (a
+    width-1 verify, as a decode) or a non-causal block (the drafter's), without a window. SDPA's
+    mask-free path then runs, as torch_native's decode does: at batch 16 a layer's width-1
+    verify attention took 2.4 ms with all-True masks and 1.6 ms without."""
+    if window is None and (block_len == 1 or not causal):
+        return None
+    if window is None:  # causal: query i sees keys 0 .. prefix + i, in two ops
+        return torch.ones(block_len, prefix_len + block_len, dtype=torch.bool, device=device).tril(prefix_len)
+    return block_visibility(prefix_len, block_len, causal, window).to(device)
 
 
 def _version(tensor: torch.Tensor) -> int | None:
