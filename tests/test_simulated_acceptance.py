@@ -94,3 +94,20 @@ def test_trees_are_refused(monkeypatch):
     monkeypatch.setenv(PROFILE_ENV, "0.8")
     with pytest.raises(DFlashConfigError, match="eagle-topk 4"):
         SimulatedAcceptance.for_worker(TreeSettings(width=16, max_children=4), BLOCK, "cpu")
+
+
+def test_the_verify_phase_calls_the_simulated_rule_as_it_calls_the_others(monkeypatch):
+    """step/verifying.Verifying calls its rule with the per-request rows (None where the step is
+    uniform); the simulated rule took one argument fewer, and `make bench-adaptive` servers failed
+    at their first verify (2026-11-27)."""
+    from types import SimpleNamespace
+
+    from dflash_sglang.step.verifying import SimulatedRule
+
+    sim = simulated(monkeypatch, **{PROFILE_ENV: "1,0"}).placed(BLOCK, "cpu")
+    block, target = block_and_target(2, BLOCK)
+    logits = torch.nn.functional.one_hot(target.flatten(), 2000).float()
+    batch = SimpleNamespace(sampling_info=None)
+    one_rank = SimpleNamespace(accepted=lambda accepted, greedy: accepted)  # rank 0's is its own
+    verified = SimulatedRule(one_rank, sim)(batch, SimpleNamespace(tokens=block), logits, "out", None)
+    assert verified.accepted.lengths.tolist() == [2, 2] and verified.target_out == "out"

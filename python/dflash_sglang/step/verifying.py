@@ -71,7 +71,8 @@ class SimulatedRule:
     def __init__(self, tp: TpAgreement, simulated):
         self.tp, self.simulated = tp, simulated
 
-    def __call__(self, batch, block: Block, logits: torch.Tensor, target_out) -> Verified:
+    def __call__(self, batch, block: Block, logits: torch.Tensor, target_out, rows=None) -> Verified:
+        """rows: always None (simulated acceptance verifies one width a batch: ragged_off_because)."""
         accepted = self.simulated.accept(block.tokens, logits.argmax(-1).view(-1, block.tokens.shape[1]))
         info = batch.sampling_info
         return Verified(target_out, self.tp.accepted(accepted, greedy=info is None or info.is_all_greedy))
