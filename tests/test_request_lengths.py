@@ -99,8 +99,8 @@ def test_a_bad_forced_cycle_fails_at_startup_naming_the_switch(monkeypatch, text
 
 def test_a_forced_cycle_where_the_path_cannot_fails_naming_why(monkeypatch):
     monkeypatch.setenv(FORCED_LENGTHS_ENV, "4,1")
-    with pytest.raises(DFlashConfigError, match="a tree verifies one node budget"):
-        VerifyWidth(8, ragged_off_because="a tree verifies one node budget a batch")
+    with pytest.raises(DFlashConfigError, match="a hybrid target's recurrent verify"):
+        VerifyWidth(8, ragged_off_because="a hybrid target's recurrent verify takes one width a batch")
 
 
 def test_the_ragged_rows_and_their_way_back():

@@ -4,6 +4,7 @@ have accepted; the per-request means behind the adaptive policy; the host copies
 with no host sync; the policy's choice of budget under load."""
 
 import random
+from itertools import product
 from types import SimpleNamespace
 
 import pytest
@@ -16,6 +17,7 @@ from dflash_sglang.tree.budgets import TreeAcceptance, TreeAcceptanceProfile, ac
 from dflash_sglang.tree.verify import accept
 from dflash_sglang.width import verify_width
 from dflash_sglang.width.policy import StepCost, best_width
+from dflash_sglang.width.request_lengths import ragged_seconds, tree_request_lengths
 from dflash_sglang.width.verify_width import VerifyWidth
 
 BS, DEPTH, VOCAB, K, WIDEST = 4, 6, 10, 3, 24
@@ -154,3 +156,66 @@ def test_the_adaptive_tree_width_chooses_among_the_budgets(monkeypatch, no_dp_at
         widths.step_done()
     assert first == [1, 16, 9]
     assert widths.times.curve() is not None and widths.choose(batch) in tree_widths(16)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_tree_cut_to_each_requests_length_walks_as_its_own_smaller_tree(seed):
+    """Per-request lengths on trees (step/ragged.py): request i walks its first L_i nodes of the
+    step's tree, which is the tree its own budget L_i - 1 would have built; the ragged mask is each
+    request's n_i x n_i ancestor mask, one after another."""
+    roots, logprobs, big = big_trees(seed)
+    rng = random.Random(seed)
+    for _ in range(4):
+        lengths = torch.tensor([rng.randint(1, WIDEST) for _ in range(BS)])
+        preds = path_following_predictions(big, rng)
+        accepted, front = accept(big, preds, lengths)
+        for i, n in enumerate(lengths.tolist()):
+            small = build_batch_trees(roots[i : i + 1], logprobs[i : i + 1], n - 1, K)
+            walk = follow_batch(small, preds[i : i + 1, :n])
+            assert accepted.lengths[i] == walk.accept_lens[0]
+            depth = int(walk.accept_lens[0])
+            assert front[i, :depth].tolist() == walk.accept_index[0, :depth].tolist()
+        flat = big.ragged_mask(lengths.tolist())
+        want = torch.cat([big.ancestor_mask()[i, :n, :n].flatten() for i, n in enumerate(lengths.tolist())])
+        assert torch.equal(flat, want)
+
+
+def test_per_request_walks_teach_each_request_only_the_budgets_it_verified():
+    roots, logprobs, big = big_trees(1)
+    preds = path_following_predictions(big, random.Random(1))
+    stats = TreeAcceptance(tree_widths(WIDEST), DEPTH, "cpu")
+    reqs = [request(f"r{i}") for i in range(BS)]
+    nodes = [1, 3, WIDEST, 9]
+    accepted, front = accept(big, preds, torch.tensor(nodes))
+    stats.walked(reqs, front, accepted.lengths, nodes)
+    for req, n, profile in zip(reqs, nodes, stats.profiles(reqs), strict=True):
+        assert profile.steps == [int(budget <= n - 1) for budget in stats.budgets], req.rid
+
+
+def tree_rate(profiles, lengths, cost):
+    tokens = sum(p.expected_tokens(n) for p, n in zip(profiles, lengths, strict=True))
+    return tokens / ragged_seconds(cost, len(lengths), sum(lengths) - len(lengths), len(lengths))
+
+
+@pytest.mark.parametrize("scales", [(1.2, 0.1, 0.8), (1.5, 1.5, 0.0), (0.6, 0.6, 0.6)])
+def test_per_request_tree_lengths_are_the_best_of_all_lengths(scales):
+    """Brute force over every vector of the policy's tree widths for 3 requests (trees of up to 9
+    nodes), on a compute-bound curve where no one width suits all."""
+    widths = tree_widths(9)
+    budgets = [w - 1 for w in widths]
+    profiles = [TreeAcceptanceProfile(budgets, [s * b**0.5 for b in budgets], prior_weight=1) for s in scales]
+    cost = StepCost([(1, 0.010), (3, 0.011), (12, 0.020), (27, 0.040)])
+    chosen = tree_request_lengths(profiles, cost, widths, plain_margin=0.0)
+    best = max(tree_rate(profiles, lengths, cost) for lengths in product(widths, repeat=3))
+    assert set(chosen.lengths) <= set(widths)
+    assert tree_rate(profiles, chosen.lengths, cost) == pytest.approx(best, rel=1e-9)
+    expected = [profile.expected_tokens(n) for profile, n in zip(profiles, chosen.lengths, strict=True)]
+    assert chosen.tokens == pytest.approx(sum(expected))  # what the step reports it expects
+
+
+def test_a_tree_server_verifies_per_request_lengths_by_default_on_cpu(monkeypatch, no_dp_attention):
+    monkeypatch.setenv(verify_width.ADAPTIVE_ENV, "1")
+    widths = VerifyWidth(8, tree_nodes=16, ragged_off_because=None)
+    assert widths.per_request and "per request" in widths.describe
+    gpu = VerifyWidth(8, tree_nodes=16, ragged_off_because="a GPU backend's tree mask (FULL_MASK) takes one")
+    assert not gpu.per_request and "one width a batch (a GPU backend's tree mask" in gpu.describe

@@ -307,6 +307,24 @@ def test_a_tree_mask_lets_each_node_see_the_prefix_its_ancestors_and_itself(batc
                 torch.testing.assert_close(out[i * BLOCK + node, h].double(), want, rtol=1e-5, atol=1e-5)
 
 
+def test_ragged_tree_masks_verify_each_request_its_first_nodes(batch):
+    """Per-request lengths on trees (step/ragged.py): request i attends with its first n_i nodes
+    and their n_i x n_i mask, flat one after another; the first nodes of a tree hold their
+    ancestors (parent < node), so each output equals the whole tree's at that node."""
+    trees = [[-1, 0, 0, 1], [-1, 0, 1, 2], [-1, 0, 0, 0]]
+    masks = [ancestors_of(parents) for parents in trees]
+    args = (batch.k_cache, batch.v_cache, batch.req_to_token, batch.rows, batch.prefixes)
+    whole = verify_attention(batch.q, *args, BLOCK, scaling=None, causal=True,
+                             tree_mask=torch.stack(masks).flatten())  # fmt: skip
+    lengths = [2, 4, 1]
+    keep = torch.cat([torch.arange(n) + i * BLOCK for i, n in enumerate(lengths)])
+    flat = torch.cat([mask[:n, :n].flatten() for mask, n in zip(masks, lengths, strict=True)])
+    ragged = paged_attention(batch.q[keep], *args, lengths, scaling=None, causal=True, tree_mask=flat)
+    torch.testing.assert_close(ragged, whole[keep], rtol=1e-6, atol=1e-6)
+    with pytest.raises(ValueError, match="tree mask of"):  # a mask of the wrong size is loud
+        paged_attention(batch.q[keep], *args, lengths, scaling=None, causal=True, tree_mask=flat[:-1])
+
+
 def test_tree_masks_on_sliding_window_layers_are_refused_loudly(batch):
     with pytest.raises(NotImplementedError, match="tree"):
         verify_attention(

@@ -1,14 +1,18 @@
 """Tree budgets as verify widths (tree/budgets.py) in real SGLang servers on CPU (float32), on the
 hot tiny pair's block-8 drafter with trees of up to 16 nodes (K 4).
 
-- `DFLASH_SGLANG_VERIFY_WIDTHS` forces every step through trees of 16, 5, 2, 9, 3 and 4 nodes and
-  plain decoding (width 1), so consecutive steps switch between trees wider and narrower than the
-  drafter's block and no tree at all. Overlap worker, host-sync check on: greedy outputs equal the
-  no-spec server alone, 8 concurrently and on a radix hit; sampled requests at
-  law_matrix.SETTINGS (temperatures, filters, a penalty) follow the target's law, controls fail.
-- `DFLASH_SGLANG_ADAPTIVE_WIDTH=1`, plain worker: the policy picks tree budgets from the walks it
-  has seen (each walk also tells what every smaller budget would have accepted, a step later);
-  outputs equal the no-spec server, the log says what ran, and law_matrix.SETTINGS follow the law.
+- `DFLASH_SGLANG_FORCED_REQUEST_LENGTHS` forces per-request lengths through trees of 16, 5, 2, 9,
+  3 and 4 nodes and plain decoding (1): request i of step s verifies the first
+  cycle[(s + i) % 8] nodes of its tree, so one batch mixes trees wider and narrower than the
+  drafter's block and plain requests in one ragged forward (step/ragged.py), and a request alone
+  steps through every width. Overlap worker, host-sync check on: greedy outputs equal the no-spec
+  server alone, 8 concurrently and on a radix hit; sampled requests at law_matrix.SETTINGS
+  (temperatures, filters, a penalty) follow the target's law, controls fail. (Uniform narrow trees
+  run in test_hybrid_tree's forced cycle and in the adaptive server's exploring steps.)
+- `DFLASH_SGLANG_ADAPTIVE_WIDTH=1`, plain worker: the policy picks each request's tree budget from
+  the walks it has seen (each walk also tells what every smaller budget would have accepted, a
+  step later); outputs equal the no-spec server, the log says what ran, and law_matrix.SETTINGS
+  follow the law.
 
 Two servers; about 2 minutes.
 """
@@ -19,7 +23,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from dflash_sglang.width.verify_width import ADAPTIVE_ENV, REPORT_EVERY, WIDTHS_ENV
+from dflash_sglang.width.request_lengths import FORCED_LENGTHS_ENV
+from dflash_sglang.width.verify_width import ADAPTIVE_ENV, REPORT_EVERY
 from dflash_sglang_tools.testing.server import SGLangServer
 
 from .conftest import OVERLAP_CHECKED, PLAIN
@@ -44,16 +49,16 @@ def expected(nospec8, prompt_ids):
 
 @pytest.fixture(scope="module")
 def forced(pair8):
-    env = {**OVERLAP_CHECKED, WIDTHS_ENV: CYCLE}
+    env = {**OVERLAP_CHECKED, FORCED_LENGTHS_ENV: CYCLE}
     with SGLangServer(pair8.target, tree_args(pair8, TOPK, NODES), env=env) as server:
         yield server
 
 
-def test_forced_tree_widths_equal_nospec_alone_concurrently_and_on_a_radix_hit(
+def test_forced_per_request_tree_lengths_equal_nospec_alone_concurrently_and_on_a_radix_hit(
     pair8, forced, prompt_ids, expected
 ):
     log = forced.log_path.read_text()
-    assert f"a tree of {NODES} nodes, forced cycle [{CYCLE.replace(',', ', ')}]" in log
+    assert f"a tree of {NODES} nodes, forced per-request lengths [{CYCLE.replace(',', ', ')}]" in log
     alone = [forced.generate(ids, MAX_NEW) for ids in prompt_ids]
     assert [out["output_ids"] for out in alone] == expected
     assert max(out["meta_info"]["spec_accept_length"] for out in alone) > 1  # paths were accepted
@@ -69,10 +74,10 @@ def test_forced_tree_widths_equal_nospec_alone_concurrently_and_on_a_radix_hit(
     assert again["meta_info"]["cached_tokens"] > 0 and again["output_ids"] == expected[-1]
 
 
-def test_the_sampled_law_with_real_filters_across_tree_widths(pair8, forced, prompt_ids):
-    """law_matrix.SETTINGS in one mixed batch: every tree width of the cycle samples."""
+def test_the_sampled_law_with_real_filters_across_per_request_tree_lengths(pair8, forced, prompt_ids):
+    """law_matrix.SETTINGS in one mixed batch: every request samples at every tree length."""
     _, target, _ = load(pair8.target, pair8.draft)
-    assert_every_setting_follows_the_law("tree, forced budget cycle", forced, target, prompt_ids)
+    assert_every_setting_follows_the_law("tree, forced per-request lengths", forced, target, prompt_ids)
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +95,7 @@ def test_adaptive_tree_budgets_equal_nospec_and_report_what_ran(adaptive, prompt
     log = adaptive.log_path.read_text()
     assert [out["output_ids"] for out in alone] == expected * 2
     assert [out["output_ids"] for out in together] == expected
-    assert f"a tree of {NODES} nodes, adaptive" in log
+    assert f"a tree of {NODES} nodes, adaptive" in log and "per request" in log
     assert steps >= REPORT_EVERY and f"verify widths of the last {REPORT_EVERY} steps" in log
     ran = set().union(*reported_widths(log))
     assert len(ran) >= 2, f"the policy ran only budgets {ran}: it did not adapt"
@@ -99,4 +104,4 @@ def test_adaptive_tree_budgets_equal_nospec_and_report_what_ran(adaptive, prompt
 def test_the_sampled_law_with_real_filters_under_adaptive_budgets(pair8, adaptive, prompt_ids):
     """law_matrix.SETTINGS in one mixed batch, at whatever budgets the policy picks."""
     _, target, _ = load(pair8.target, pair8.draft)
-    assert_every_setting_follows_the_law("tree, adaptive budgets", adaptive, target, prompt_ids)
+    assert_every_setting_follows_the_law("tree, adaptive per-request budgets", adaptive, target, prompt_ids)

@@ -95,14 +95,15 @@ def paged_attention(
     q: [sum(query_lens), q_heads, head_dim]; k/v_cache: [slots, kv_heads, dim] (new KV already
     written); `to_pool_slots` maps req_to_token slots to the layer's pool (SWA pools).
     `tree_mask` (a tree verify, SGLang's QLEN_ONLY layout: bs x n x n allowed pairs among the new
-    tokens, flat) replaces their causal mask: each sees the prefix, its ancestors and itself.
+    tokens, flat; n_i x n_i each with per-request lengths) replaces their causal mask: each sees
+    the prefix, its ancestors and itself.
     `plan_cache`: a dict that lives as long as one forward (request_plans).
     Returns [sum(query_lens), q_heads, v_dim].
     """
     if tree_mask is not None:
         if window is not None and window > -1:
             raise NotImplementedError("dflash_sglang CPU TARGET_VERIFY: tree masks on sliding-window layers")
-        tree_mask = tree_mask.view(len(query_lens), query_lens[0], query_lens[0])
+        tree_mask = request_tree_masks(tree_mask, query_lens)
     out = q.new_empty(q.shape[0], q.shape[1], v_cache.shape[-1])
     gqa = q.shape[1] != k_cache.shape[1]
     scale = q.shape[-1] ** -0.5 if scaling is None else scaling
@@ -132,7 +133,7 @@ def request_plans(req_to_token, req_pool_indices, prefix_lens, query_lens, causa
     rows, prefixes = req_pool_indices.tolist(), prefix_lens.tolist()
     key = None
     if plan_cache is not None:
-        tree = None if tree_mask is None else (tree_mask.data_ptr(), _version(tree_mask))
+        tree = None if tree_mask is None else (tree_mask[0].data_ptr(), _version(tree_mask[0]))
         key = (causal, window, to_pool_slots is not None, tree, tuple(rows), tuple(prefixes),
                tuple(query_lens), _version(req_to_token))  # fmt: skip
         if key in plan_cache:
@@ -145,11 +146,20 @@ def request_plans(req_to_token, req_pool_indices, prefix_lens, query_lens, causa
         if tree_mask is None:
             mask = request_mask(prefix, n, causal, window, req_to_token.device)
         else:
-            mask = torch.cat([tree_mask.new_ones(n, prefix), tree_mask[i]], dim=1)
+            mask = torch.cat([tree_mask[i].new_ones(n, prefix), tree_mask[i]], dim=1)
         plans.append((slots, mask))
     if key is not None:
         plan_cache[key] = plans
     return plans
+
+
+def request_tree_masks(flat: torch.Tensor, query_lens: list[int]) -> list[torch.Tensor]:
+    """SGLang's QLEN_ONLY tree mask, flat, -> each request's [n_i, n_i] among its own nodes. With
+    per-request lengths (step/ragged.py) request i's block is its first n_i nodes, n_i^2 cells."""
+    cells = [n * n for n in query_lens]
+    if sum(cells) != flat.numel():
+        raise ValueError(f"tree mask of {flat.numel()} cells for query lengths {query_lens}")
+    return [part.view(n, n) for part, n in zip(flat.split(cells), query_lens, strict=True)]
 
 
 def request_mask(prefix_len: int, block_len: int, causal: bool, window: int | None, device):

@@ -12,8 +12,11 @@ at most L_i tokens, and the commit's injection writes only committed positions.
 Why it is exact: verifying the first L_i positions is the whole-block verify of a block of L_i,
 which is exact at every L_i (the width's argument, docs/adaptive.md), request by request.
 
-Dense chain targets only (worker.ragged_off_because): a hybrid target's recurrent verify, a tree,
-block verification and attention DP take one width a batch.
+Trees too, on CPU: request i verifies its tree's first L_i nodes (a smaller budget's tree, since
+best-first trees nest: tree/budgets.py), with their n_i x n_i ancestor mask (tree/verify.attach),
+and walks only them (BatchTree.truncated). Dense targets only (ragged_off_because): a hybrid
+target's recurrent verify, a GPU backend's tree mask, block verification and attention DP take one
+width a batch.
 """
 
 from __future__ import annotations
@@ -81,10 +84,10 @@ def ragged_off_because(model_runner, tree, block_verification: bool, simulated) 
 
     from ..runtime import dp_attention
 
-    if tree is not None:
-        return "a tree verifies one node budget a batch"
     if mambaish_config(model_runner.model_config) is not None:
         return "a hybrid target's recurrent verify takes one width a batch"
+    if tree is not None and str(model_runner.device) != "cpu":  # the CPU hook splits ragged masks
+        return "a GPU backend's tree mask (FULL_MASK) takes one node count a batch"
     if block_verification:
         return "block verification judges whole blocks"
     if simulated is not None:

@@ -84,12 +84,14 @@ class TreeRule:
     def __init__(self, tp: TpAgreement, widths, model_runner):
         self.tp, self.widths, self.model_runner = tp, widths, model_runner  # its KV pool comes later
 
-    def __call__(self, batch, block: Block, logits: torch.Tensor, target_out) -> Verified:
+    def __call__(self, batch, block: Block, logits: torch.Tensor, target_out, rows=None) -> Verified:
+        """rows: per-request lengths (step/ragged.py), each request walking its first L_i nodes."""
         info, size = batch.sampling_info, block.tokens.shape[1]
         greedy = info is None or info.is_all_greedy
-        predictions = tree_verify.predictions(logits, info, size, batch.reqs)
-        accepted, front = tree_verify.accept(block.tree, self.tp.predictions(predictions, greedy))
-        self.widths.walked(batch.reqs, front, accepted.lengths)
+        predictions = self.tp.predictions(tree_verify.predictions(logits, info, size, batch.reqs), greedy)
+        lengths = None if rows is None else rows.lengths
+        accepted, front = tree_verify.accept(block.tree, predictions, lengths)
+        self.widths.walked(batch.reqs, front, accepted.lengths, None if rows is None else rows.lengths_cpu)
         kv_pool = self.model_runner.token_to_kv_pool
         tree_verify.move_path_to_front(front, block.cache_loc, kv_pool, target_out.logits_output)
         return Verified(target_out, accepted, front)  # front[:, d]: the accepted node at depth d
@@ -119,23 +121,23 @@ class Verifying:
         if penalties is not None:
             penalties.catch_up(batch.reqs)  # a PD decode server's requests start here
         adjust_verify_logits(logits, batch, block.tokens, penalties, grammar, grammar_barrier, block.tree)
-        if block.tree is not None:
-            return self.tree_rule(batch, block, logits, target_out)
-        return self.chain_rule(batch, block, logits, target_out, rows)
+        rule = self.chain_rule if block.tree is None else self.tree_rule
+        return rule(batch, block, logits, target_out, rows)
 
     def ragged_forward(self, batch, block: Block, rows):
         """The verify forward over each request's first L_i positions; its outputs in the block's
         rows (step/ragged.py)."""
         kept = ragged.ragged_block(block, rows, batch, self.target_worker.model_runner.kv_index_translator)
-        target_out = self.target_forward(batch, kept, ragged.layout(rows, block.tokens.device))
+        target_out = self.target_forward(batch, kept, rows)
         out = target_out.logits_output
         out.next_token_logits = ragged.scatter_back(out.next_token_logits, rows)
         out.hidden_states = ragged.scatter_back(out.hidden_states, rows)
         return target_out
 
-    def target_forward(self, batch, block: Block, layout=None):
+    def target_forward(self, batch, block: Block, rows=None):
         """One TARGET_VERIFY forward over the block (or the tree's nodes), hidden states captured;
-        with a ragged `layout`, over its flat tokens (ragged_forward)."""
+        with per-request `rows`, over their flat tokens (ragged_forward)."""
+        layout = None if rows is None else ragged.layout(rows, block.tokens.device)
         size = block.tokens.shape[1] if layout is None else max(layout.verify_lens_cpu)
         verify_input = DFlashVerifyInput(
             draft_token=block.tokens.flatten(),
@@ -151,7 +153,7 @@ class Verifying:
         batch.seq_lens_cpu = host_read_bound(batch, batch.spec_info, size)
         batch.seq_lens_sum = int(batch.seq_lens_cpu.sum())
         if block.tree is not None:  # nodes at seq_len + depth, each seeing its ancestors
-            tree_verify.attach(verify_input, block.tree, batch.seq_lens, batch.seq_lens_sum)
+            tree_verify.attach(verify_input, block.tree, batch.seq_lens, batch.seq_lens_sum, rows)
         elif self.tree is not None:  # a tree server's plain step
             tree_verify.attach_chain_links(verify_input, len(batch.seq_lens), size, block.tokens.device)
         dp = dp_attention.enabled()  # attention metadata is planned after the DP padding

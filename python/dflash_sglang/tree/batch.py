@@ -18,6 +18,7 @@ padded with isolated nodes as Tree.padded does (parent -1, depth 0, never accept
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import torch
@@ -78,6 +79,25 @@ class BatchTree:
             self.parents >= 0
         ).unsqueeze(-1)
         return _first_true(is_child), _first_true(same_parent & later)
+
+    def truncated(self, lengths: torch.Tensor) -> BatchTree:
+        """Request i's tree cut to its first lengths[i] nodes (per-request lengths, step/ragged.py):
+        the nodes after them become padding (no parent, depth 0), so the walk never reaches them.
+        The first nodes of a best-first tree are the smaller budget's tree, ancestors included."""
+        nodes = torch.arange(self.num_nodes, device=self.tokens.device)
+        kept = nodes < lengths.unsqueeze(1)
+        return dataclasses.replace(
+            self, parents=torch.where(kept, self.parents, -1), depths=torch.where(kept, self.depths, 0)
+        )
+
+    def ragged_mask(self, lengths: Sequence[int]) -> torch.Tensor:
+        """The QLEN_ONLY mask of each request's first lengths[i] nodes, flat, request after request
+        (n_i x n_i cells each: cpu/attention.py splits it by the ragged layout's lengths). The
+        cells are picked by host lengths: a device mask's nonzero would wait for the device."""
+        n = self.num_nodes
+        cells = [i * n * n + (torch.arange(k).unsqueeze(1) * n + torch.arange(k)).flatten()
+                 for i, k in enumerate(lengths)]  # fmt: skip
+        return self.ancestor_mask().flatten()[torch.cat(cells).to(self.tokens.device)]
 
     def unbatch(self, i: int) -> Tree:
         """Request i's tree, padding included (for tests and logs: it reads nothing to the host)."""

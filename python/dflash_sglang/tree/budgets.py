@@ -104,21 +104,23 @@ class TreeAcceptance:
         flat = [1 - 0.5 ** min(budget, depth_cap) for budget in self.budgets]
         self.pooled = TreeAcceptanceProfile(self.budgets, flat, prior_weight=1.0, forget=pool_forget)
 
-    def walked(self, reqs, front: torch.Tensor, lengths: torch.Tensor) -> None:
-        """A tree step of width front.shape[1] was walked: start copying what each budget accepted."""
+    def walked(self, reqs, front: torch.Tensor, lengths: torch.Tensor, nodes: Sequence[int] | None = None):
+        """A tree step of width front.shape[1] was walked (or, with per-request lengths, request i's
+        first nodes[i] nodes): start copying what each budget accepted."""
         counts = accepted_within(front, lengths, self.budgets_on_device)
-        self.copies.put(counts, ([req.rid for req in reqs], front.shape[1] - 1))
+        budgets = [front.shape[1] - 1] * len(reqs) if nodes is None else [n - 1 for n in nodes]
+        self.copies.put(counts, ([req.rid for req in reqs], budgets))
 
     def recent_accepted_drafts(self) -> float:
         """The drafts the server's recent steps accept a step at the whole tree (pooled)."""
         return self.pooled.means()[-1]
 
-    def verified(self, reqs, width: int) -> None:
+    def verified(self, reqs, width: int, lengths: Sequence[int] | None = None) -> None:
         """Nothing: the walk reports (`walked`); plain steps accept no drafts at any budget."""
 
     def profiles(self, reqs) -> list[TreeAcceptanceProfile]:
-        for (rids, budget), counts in self.copies.landed():
-            for rid, accepted in zip(rids, counts.tolist(), strict=True):
+        for (rids, budgets), counts in self.copies.landed():
+            for rid, budget, accepted in zip(rids, budgets, counts.tolist(), strict=True):
                 self._profile(rid).record(budget, accepted)
                 self.pooled.record(budget, accepted)
         pooled = self.pooled.means()

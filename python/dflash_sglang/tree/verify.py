@@ -154,13 +154,18 @@ def tree_block(tree: BatchTree, batch, req_to_token, translator, draft_translato
     return Block(tree.tokens, positions.flatten(), cache_loc, kv_plan, draft_loc, tree)
 
 
-def attach(verify_input, tree: BatchTree, seq_lens: torch.Tensor, prefix_bound: int) -> None:
+def attach(verify_input, tree: BatchTree, seq_lens: torch.Tensor, prefix_bound: int, rows=None) -> None:
     """The tree on SGLang's verify input, as EAGLE's tree verify carries it: node positions
     seq_len + depth, the ancestor mask in the device's layout, and the first-child / next-sibling
     links the recurrent layers of a hybrid target read. `prefix_bound`: at least sum(seq_lens)
-    (a FULL_MASK may be longer than its rows: the backends index it from the device lengths)."""
-    verify_input.positions = tree.positions(seq_lens).flatten()
-    if mask_mode(tree.tokens.device.type) == TreeMaskMode.QLEN_ONLY:
+    (a FULL_MASK may be longer than its rows: the backends index it from the device lengths).
+    `rows`: per-request lengths (step/ragged.py), each request its first L_i nodes (CPU only:
+    worker ragged_off_because keeps GPU backends, whose masks take N nodes a request, uniform)."""
+    positions = tree.positions(seq_lens).flatten()
+    verify_input.positions = positions if rows is None else positions[rows.keep]
+    if rows is not None:
+        verify_input.custom_mask = tree.ragged_mask(rows.lengths_cpu)
+    elif mask_mode(tree.tokens.device.type) == TreeMaskMode.QLEN_ONLY:
         verify_input.custom_mask = tree.ancestor_mask().flatten()
     else:
         verify_input.custom_mask = tree.full_mask(seq_lens, prefix_bound)
@@ -178,10 +183,11 @@ def predictions(logits: torch.Tensor, sampling_info, width: int, reqs) -> torch.
     return torch.multinomial(probs, 1).view(-1, width)
 
 
-def accept(tree: BatchTree, target_tokens: torch.Tensor) -> tuple[Acceptance, torch.Tensor]:
+def accept(tree: BatchTree, target_tokens: torch.Tensor, lengths=None) -> tuple[Acceptance, torch.Tensor]:
     """The walk: (the chain-layout acceptance, padded to [bs, N]; the row each front position
-    takes: the accepted path's nodes, then the rest in place)."""
-    walk = follow_batch(tree, target_tokens)
+    takes: the accepted path's nodes, then the rest in place). `lengths`: per-request lengths,
+    each request walking its first lengths[i] nodes (the rest were not verified)."""
+    walk = follow_batch(tree if lengths is None else tree.truncated(lengths), target_tokens)
     chain = path_tokens(tree, walk)
     bs, n = target_tokens.shape
     depth = walk.accept_index.shape[1]  # L + 1

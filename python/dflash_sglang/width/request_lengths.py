@@ -106,6 +106,55 @@ def request_lengths(
     return RequestLengths(tuple(lengths), *best)
 
 
+def tree_request_lengths(
+    profiles: Sequence, cost: StepCost, candidates: Sequence[int], plain_margin: float = PLAIN_MARGIN
+) -> RequestLengths:
+    """Trees: request i verifies its tree's first L_i nodes, L_i among the policy's tree widths
+    (`candidates`, 1 = plain decoding), E_i[tokens | L] from its TreeAcceptanceProfile. Along the
+    upper concave hull of each request's (L, E_i) the tokens a node fall, so, as for a chain, the
+    best lengths at every total take the steepest steps over all requests, in order."""
+    bs = len(profiles)
+    steps = []  # (tokens a node, nodes, tokens, request, its length after the step)
+    for i, profile in enumerate(profiles):
+        hull = upper_hull(list(zip(candidates, profile.expected_tokens_at(candidates), strict=True)))
+        for (w0, e0), (w1, e1) in zip(hull, hull[1:], strict=False):
+            steps.append(((e1 - e0) / (w1 - w0), w1 - w0, e1 - e0, i, w1))
+    plain_seconds = cost.step(bs, 1)
+    best_rate, best_taken, best = (1 + plain_margin) * bs / plain_seconds, 0, (float(bs), plain_seconds)
+    cheapest = ragged_seconds(cost, bs, 1, bs, plain_seconds)  # every tree pays the drafter's forward
+    if (bs + sum(step[2] for step in steps)) / cheapest <= best_rate:
+        return RequestLengths((1,) * bs, *best)
+    steps.sort(key=lambda step: -step[0])  # stable: a request's steps keep their (falling) order
+    tokens, nodes = float(bs), 0
+    for taken, (_, more_nodes, more_tokens, _, _) in enumerate(steps, start=1):
+        tokens, nodes = tokens + more_tokens, nodes + more_nodes
+        seconds = ragged_seconds(cost, bs, nodes, bs, plain_seconds)
+        if tokens / seconds > best_rate:
+            best_rate, best_taken, best = tokens / seconds, taken, (tokens, seconds)
+    lengths = [1] * bs
+    for _, _, _, i, length in steps[:best_taken]:
+        lengths[i] = max(lengths[i], length)
+    return RequestLengths(tuple(lengths), *best)
+
+
+def upper_hull(points: Sequence[tuple[int, float]]) -> list[tuple[int, float]]:
+    """The upper concave hull of (nodes, expected tokens) by increasing nodes, from the first point,
+    rising only: each step along it adds fewer tokens a node than the one before."""
+    hull: list[tuple[int, float]] = []
+    for x, y in points:
+        if hull and y <= hull[-1][1]:
+            continue  # more nodes for no more tokens: never worth a step
+        while len(hull) >= 2 and cross(hull[-2], hull[-1], (x, y)) >= 0:
+            hull.pop()  # the middle point lies on or under the chord
+        hull.append((x, y))
+    return hull
+
+
+def cross(a, b, c) -> float:
+    """> 0 where b lies under the chord from a to c, 0 on it."""
+    return (b[0] - a[0]) * (c[1] - a[1]) - (b[1] - a[1]) * (c[0] - a[0])
+
+
 def ragged_seconds(
     cost: StepCost, batch_size: int, drafts: int, drafted: int, plain: float | None = None
 ) -> float:

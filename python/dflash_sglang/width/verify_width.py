@@ -12,7 +12,8 @@ choice depends only on the step count and host state every rank shares. Under at
 scheduler announces each rank's token count as bs x B before the step, so the width stays B.
 
 Trees (`--speculative-eagle-topk K > 1`): a width w is a tree of w nodes, budget w - 1, up to the
-N of `--speculative-num-draft-tokens`; the policy considers the budgets of tree/budgets.py.
+N of `--speculative-num-draft-tokens`; the policy considers the budgets of tree/budgets.py, and
+with per-request lengths gives each request its own (request_lengths.tree_request_lengths).
 
 Switches: the adaptive width chooses each step's width by expected committed tokens per second
 (width/policy.py, from width/observations.py's per-request acceptance and measured step times; rank 0's
@@ -48,6 +49,7 @@ from .request_lengths import (
     per_request_requested,
     request_lengths,
     switch_value,
+    tree_request_lengths,
 )
 from .signal import WidthSignal
 
@@ -154,7 +156,8 @@ class VerifyWidth:
         # Per-request lengths (width/request_lengths.py): the adaptive choice's exploiting steps,
         # or a forced testing cycle; `lengths` is the current step's, None where it is uniform.
         self.forced_lengths = forced_request_lengths(self.widest, ragged_off_because)
-        self.per_request = self.adaptive and not tree_nodes and per_request_requested(ragged_off_because)
+        self.per_request = self.adaptive and per_request_requested(ragged_off_because)
+        self.trees = bool(tree_nodes)
         self.ragged_off_because = ragged_off_because
         self.lengths: RequestLengths | None = None
         self.partial_drafter = partial_drafter
@@ -243,8 +246,10 @@ class VerifyWidth:
             elif ranked[0].width > 1 and self.explore_every > EXPLORE_EVERY:
                 self.drafting_wins()
             if self.per_request and width == ranked[0].width:  # not exploring: each its own
-                self.lengths = request_lengths(
-                    profiles, curve, self.widest, partial_drafter=self.partial_drafter
+                self.lengths = (
+                    tree_request_lengths(profiles, curve, self.candidates)
+                    if self.trees
+                    else request_lengths(profiles, curve, self.widest, partial_drafter=self.partial_drafter)
                 )
         if self.tp_group is not None and self.tp_group.world_size > 1:
             # rank 0's timings decide for all
@@ -281,10 +286,11 @@ class VerifyWidth:
         self.explore_every = EXPLORE_EVERY
         self.next_explore = min(self.next_explore, self.steps + EXPLORE_EVERY)
 
-    def walked(self, reqs, front: torch.Tensor, lengths: torch.Tensor) -> None:
-        """A tree step's accepted path (tree_verify.accept): what each budget would have accepted."""
+    def walked(self, reqs, front: torch.Tensor, lengths: torch.Tensor, nodes=None) -> None:
+        """A tree step's accepted path (tree_verify.accept): what each budget would have accepted
+        (`nodes`: per-request lengths, the nodes each request's walk could take)."""
         if isinstance(self.acceptance, TreeAcceptance):  # adaptive, with trees
-            self.acceptance.walked(reqs, front, lengths)
+            self.acceptance.walked(reqs, front, lengths, nodes)
 
     def step_done(self) -> None:
         """The decode step that `choose` sized has been issued in full (times it, adaptive only)."""
