@@ -65,9 +65,8 @@ class StepCost:
             # steps where plain steps timed once at 213 ms stood against drafted ones at 120 ms.
             return min(plain, *(seconds for _, seconds in own)) if own else plain
         if width > 1 and own:  # this batch size's own steps, and around them:
-            if width < own[0][0]:  # a line from its plain step
-                plain = [(1, interpolate(self.plain_points, batch_size))] if self.plain_points else []
-                return interpolate(plain + list(own), width)
+            if width < own[0][0]:
+                return self.below_narrowest(batch_size, width, own)
             widest, seconds = own[-1]
             if width > widest:  # what the extra tokens cost on the token curve (one own point
                 # priced every wider width the same, and a hair more expected tokens ranked the
@@ -76,6 +75,21 @@ class StepCost:
             return interpolate(own, width)
         drafter = self.drafter_fixed + self.drafter_per_request * batch_size if width > 1 else 0.0
         return self.target(batch_size * width) + drafter
+
+    def below_narrowest(self, batch_size: int, width: int, own) -> float:
+        """A drafted width narrower than any this batch size has run: down from the narrowest at
+        the slope of its own drafted steps, never below the plain step. A drafted step pays the
+        drafter's forward at any width; a line from the plain step priced a good drafter's 2
+        drafts at batch 16 at 24 ms against 50 for 7 (plain 18), and per-request lengths cut its
+        requests short for that. With one own point, that line is all there is."""
+        plain = interpolate(self.plain_points, batch_size) if self.plain_points else None
+        (narrowest, seconds), (widest, widest_seconds) = own[0], own[-1]
+        if widest == narrowest:
+            line = ([(1, plain)] if plain is not None else []) + list(own)
+            return interpolate(line, width)
+        slope = (widest_seconds - seconds) / (widest - narrowest)
+        down = seconds - slope * (narrowest - width)
+        return down if plain is None else max(plain, down)
 
 
 def interpolate(points: Sequence[tuple[int, float]], x: int) -> float:
