@@ -166,12 +166,14 @@ def test_a_batch_size_with_steps_of_its_own_is_priced_by_them():
     assert cost.step(2, 2) == pytest.approx(0.009 - 2 * (0.010 - 0.009) / 4)  # 4 to 8's slope
     steep = StepCost([(4, 0.004)], plain_points=[(2, 0.003)], by_batch={2: [(4, 0.009), (5, 0.012)]})
     assert steep.step(2, 2) == pytest.approx(0.003)  # down at 3 ms a width: the plain step's floor
+    falling = StepCost([(4, 0.004)], plain_points=[(2, 0.003)], by_batch={2: [(4, 0.009), (8, 0.008)]})
+    assert falling.step(2, 2) == pytest.approx(0.009)  # noisy points falling: no dearer than 4
+    one_point = StepCost([(4, 0.004), (8, 0.005)], plain_points=[(3, 0.003)], by_batch={3: [(4, 0.006)]})
+    assert one_point.step(3, 2) == pytest.approx(0.003 + (0.006 - 0.003) / 3)  # one point: a line
     assert cost.step(2, 1) == pytest.approx(0.003)
     assert cost.step(1, 8) == pytest.approx(0.005)  # no batch-1 points: the token curve
     # Past its widest own point (4 at batch 3): its time plus what the extra tokens cost on the
     # token curve, never flat.
-    one_point = StepCost([(4, 0.004), (8, 0.005)], plain_points=[(3, 0.003)], by_batch={3: [(4, 0.006)]})
-    assert one_point.step(3, 2) == pytest.approx(0.003 + (0.006 - 0.003) / 3)  # one point: a line
     one_point = StepCost([(4, 0.004), (8, 0.005)], plain_points=[(3, 0.003)], by_batch={3: [(2, 0.006)]})
     assert one_point.step(3, 4) == pytest.approx(0.006 + one_point.target(12) - one_point.target(6))
     assert one_point.step(3, 4) > one_point.step(3, 2)

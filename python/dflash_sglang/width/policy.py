@@ -87,7 +87,7 @@ class StepCost:
         if widest == narrowest:
             line = ([(1, plain)] if plain is not None else []) + list(own)
             return interpolate(line, width)
-        slope = (widest_seconds - seconds) / (widest - narrowest)
+        slope = max(0.0, (widest_seconds - seconds) / (widest - narrowest))  # noisy points may fall
         down = seconds - slope * (narrowest - width)
         return down if plain is None else max(plain, down)
 
