@@ -64,33 +64,19 @@ class StepCost:
             # runs again to be corrected. A useless drafter verified whole blocks for hundreds of
             # steps where plain steps timed once at 213 ms stood against drafted ones at 120 ms.
             return min(plain, *(seconds for _, seconds in own)) if own else plain
-        if width > 1 and own:
+        if width > 1 and own:  # this batch size's own steps, and around them:
+            if width < own[0][0]:
+                return self.below_narrowest(batch_size, width, own)
             widest, seconds = own[-1]
-            if width > widest and bracketed(self.by_batch, batch_size):
-                # what the extra width costs between the batch sizes around it: the token
-                # curve's slope carries every batch size's per-request work, and priced wide
-                # widths from a batch size's narrow steps too dear to run (why each batch size
-                # used to verify the widest first)
-                extra = self.between_batch_sizes(batch_size, width) - self.between_batch_sizes(
-                    batch_size, widest
-                )
-                return seconds + extra
-            return self.own_price(batch_size, width, own)
+            if width > widest:  # what the extra tokens cost on the token curve (one own point
+                # priced every wider width the same, and a hair more expected tokens ranked the
+                # widest first among them: the worst case explored 16 tokens a request)
+                return seconds + self.target(batch_size * width) - self.target(batch_size * widest)
+            return interpolate(own, width)
         if width > 1 and bracketed(self.by_batch, batch_size):
             return self.between_batch_sizes(batch_size, width)
         drafter = self.drafter_fixed + self.drafter_per_request * batch_size if width > 1 else 0.0
         return self.target(batch_size * width) + drafter
-
-    def own_price(self, batch_size: int, width: int, own) -> float:
-        """A drafted width priced from this batch size's own steps, and around them."""
-        if width < own[0][0]:
-            return self.below_narrowest(batch_size, width, own)
-        widest, seconds = own[-1]
-        if width > widest:  # what the extra tokens cost on the token curve (one own point priced
-            # every wider width the same, and a hair more expected tokens ranked the widest first
-            # among them: the worst case explored 16 tokens a request)
-            return seconds + self.target(batch_size * width) - self.target(batch_size * widest)
-        return interpolate(own, width)
 
     def between_batch_sizes(self, batch_size: int, width: int) -> float:
         """A batch size with no drafted steps of its own, between two that have some: on the line
@@ -100,8 +86,7 @@ class StepCost:
         batch 16, 15, ..., 10 paid six 80-200 ms steps where its chosen ones took 50."""
         low = max(size for size in self.by_batch if size < batch_size)
         high = min(size for size in self.by_batch if size > batch_size)
-        low_cost = self.own_price(low, width, self.by_batch[low])
-        high_cost = self.own_price(high, width, self.by_batch[high])
+        low_cost, high_cost = self.forward(low, width), self.forward(high, width)
         return low_cost + (high_cost - low_cost) * (batch_size - low) / (high - low)
 
     def below_narrowest(self, batch_size: int, width: int, own) -> float:
