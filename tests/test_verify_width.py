@@ -105,23 +105,6 @@ def test_a_new_batch_size_verifies_the_widest_first(monkeypatch):
     assert never.choose(fake_batch(16)) == 1 and never.probed == set()
 
 
-def test_a_batch_size_between_two_probed_ones_does_not_verify_the_widest_first(monkeypatch):
-    """Batch 8 and batch 16 probed (their own steps at widths 4 and 8, and plain ones): batch 12's
-    first step is the best-rated width, priced between theirs; batch 20, above both, probes."""
-    widths = timed_at_batch_1(monkeypatch, four=0.011, eight=0.030, accepted=500)
-    widths.ran_widest = verify_width.WIDEST_FIRST  # no early-widest exploration in the way
-    times = widths.times
-    for size, plain, four, eight in ((8, 0.015, 0.020, 0.030), (16, 0.025, 0.030, 0.050)):
-        for width, seconds in ((1, plain), (4, four), (8, eight)):
-            times.record(size, width, seconds)
-        widths.probed.add(size)
-    assert not times.unmeasured_plain(12)  # plain decoding too: between batch 8's and 16's
-    assert widths.choose(fake_batch(12)) < 8 and 12 not in widths.probed
-    assert times.curve().step(12, 8) == pytest.approx(0.040 + times.curve().between_steps)
-    times.record(20, 1, 0.030)  # its plain step timed (test_adaptive_times_plain_decoding_at_...)
-    assert widths.choose(fake_batch(20)) == 8 and 20 in widths.probed
-
-
 def drafts_that_never_fit(monkeypatch) -> VerifyWidth:
     """Timed at batch 1 (plain, 4 and 8 tokens), with a pooled acceptance of nil: plain decoding
     wins every choice."""

@@ -179,21 +179,6 @@ def test_a_batch_size_with_steps_of_its_own_is_priced_by_them():
     assert one_point.step(3, 4) > one_point.step(3, 2)
 
 
-def test_a_batch_size_between_two_with_steps_of_their_own_is_priced_on_the_line_between_them():
-    """Batch 10, never drafted, between batch 4 and batch 16 (own steps at widths 2 and 8): each
-    width at the point 6/12 of the way from batch 4's price to batch 16's, below their narrowest
-    and beyond their widest as each prices it. Plain steps keep their own curve, and a batch size
-    above every drafted one the token curve."""
-    cost = StepCost([(8, 0.010), (128, 0.050)], plain_points=[(1, 0.005), (16, 0.020)],
-                    by_batch={4: [(2, 0.010), (8, 0.020)], 16: [(2, 0.030), (8, 0.060)]})  # fmt: skip
-    assert cost.step(10, 8) == pytest.approx((0.020 + 0.060) / 2)
-    assert cost.step(10, 5) == pytest.approx((0.015 + 0.045) / 2)
-    beyond = [cost.step(size, 12) for size in (4, 16)]  # past both widest points: the token curve
-    assert cost.step(10, 12) == pytest.approx(sum(beyond) / 2) and sum(beyond) / 2 > cost.step(10, 8)
-    assert cost.step(10, 1) == pytest.approx(0.005 + 0.015 * 9 / 15)
-    assert cost.step(32, 8) == pytest.approx(cost.target(256))  # above them all: the token curve
-
-
 def test_the_host_work_between_steps_counts_against_narrow_widths():
     """Each step pays the scheduler's work between steps: the more steps per token (narrow widths),
     the more of it. Counted, it moves the choice wider."""

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 import torch
 
 from .partial_steps import PartialSteps
-from .policy import AcceptanceProfile, StepCost, bracketed, interpolate
+from .policy import AcceptanceProfile, StepCost, interpolate
 
 
 class RequestAcceptance:
@@ -173,12 +173,11 @@ class StepTimes:
         return cost
 
     def unmeasured_plain(self, batch_size: int) -> bool:
-        """Plain decoding not timed yet at this batch size, nor at one below it and one above (its
-        curve interpolates between those). Its curve is by batch size, and one extrapolated from
-        small batches can hide width 1 at a load never seen (a wide batch of requests whose drafts
-        fail would verify width 2 forever). The worker times it only where plain decoding could win
-        at its least possible cost (policy.plain_could_win)."""
-        return batch_size not in self.plain and not bracketed(self.plain, batch_size)
+        """Plain decoding not timed yet at this batch size. Its curve is by batch size, and one
+        extrapolated from small batches can hide width 1 at a load never seen (a wide batch of
+        requests whose drafts fail would verify width 2 forever). The worker times it only where
+        plain decoding could win at its least possible cost (policy.plain_could_win)."""
+        return batch_size not in self.plain
 
     def unmeasured_width(self, batch_size: int, widths: Sequence[int]) -> int | None:
         """A width still to time before the curves exist: plain, the widest, the one nearest half

@@ -73,21 +73,8 @@ class StepCost:
                 # widest first among them: the worst case explored 16 tokens a request)
                 return seconds + self.target(batch_size * width) - self.target(batch_size * widest)
             return interpolate(own, width)
-        if width > 1 and bracketed(self.by_batch, batch_size):
-            return self.between_batch_sizes(batch_size, width)
         drafter = self.drafter_fixed + self.drafter_per_request * batch_size if width > 1 else 0.0
         return self.target(batch_size * width) + drafter
-
-    def between_batch_sizes(self, batch_size: int, width: int) -> float:
-        """A batch size with no drafted steps of its own, between two that have some: on the line
-        between their prices at this width (at a fixed width a step's cost grows about linearly
-        with its requests). Priced through the token curve instead, each such batch size had to
-        verify the widest once to be priced: a c=16 burst of 64-node trees passing through
-        batch 16, 15, ..., 10 paid six 80-200 ms steps where its chosen ones took 50."""
-        low = max(size for size in self.by_batch if size < batch_size)
-        high = min(size for size in self.by_batch if size > batch_size)
-        low_cost, high_cost = self.forward(low, width), self.forward(high, width)
-        return low_cost + (high_cost - low_cost) * (batch_size - low) / (high - low)
 
     def below_narrowest(self, batch_size: int, width: int, own) -> float:
         """A drafted width narrower than any this batch size has run: down from the narrowest at
@@ -103,11 +90,6 @@ class StepCost:
         slope = max(0.0, (widest_seconds - seconds) / (widest - narrowest))  # noisy points may fall
         down = seconds - slope * (narrowest - width)
         return down if plain is None else max(plain, down)
-
-
-def bracketed(sizes, batch_size: int) -> bool:
-    """Whether `sizes` (batch sizes) hold one below `batch_size` and one above."""
-    return any(size < batch_size for size in sizes) and any(size > batch_size for size in sizes)
 
 
 def interpolate(points: Sequence[tuple[int, float]], x: int) -> float:

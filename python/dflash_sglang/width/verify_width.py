@@ -38,7 +38,7 @@ from ..runtime import dp_attention
 from ..runtime.block import block_kv_plan
 from ..tree.budgets import TreeAcceptance, tree_widths
 from .observations import RequestAcceptance, StepTimes
-from .policy import bracketed, plain_could_win, pool_forget, ranked_widths, worth_a_look
+from .policy import plain_could_win, pool_forget, ranked_widths, worth_a_look
 from .request_lengths import (
     LENGTHS_ENV,
     RequestLengths,
@@ -83,8 +83,7 @@ WIDEST_WORTH = 0.75
 # least this many tokens a request there: its own point then prices every width of that batch size.
 # Priced from other batch sizes' points through the token curve instead, a new server's first
 # burst (16 requests, a good drafter, block 8) priced width 8 at 130 ms from batch 1's steps where
-# it took 55, and verified 2-4 of 8 for dozens of steps. Drafts that do not fit never pay for it,
-# nor does a batch size between two probed ones (StepCost.between_batch_sizes prices it).
+# it took 55, and verified 2-4 of 8 for dozens of steps. Drafts that do not fit never pay for it.
 NEW_BATCH_WIDEST_TOKENS = 1.5
 
 
@@ -237,7 +236,7 @@ class VerifyWidth:
             early_widest = self.ran_widest < WIDEST_FIRST and widest_turn
             if self.times.unmeasured_plain(batch_size) and plain_could_win(ranked, curve, batch_size):
                 width = 1  # one cheap step a new batch size, where plain decoding could win
-            elif not self.priced_by_probes(batch_size) and drafts_fit(ranked, self.widest, batch_size):
+            elif batch_size not in self.probed and drafts_fit(ranked, self.widest, batch_size):
                 width = self.widest  # its own point prices this batch size's widths
             elif early_widest and worth_a_look(ranked, self.widest, WIDEST_WORTH):
                 width = self.widest
@@ -273,10 +272,6 @@ class VerifyWidth:
                 batch_size, max(2, round(total / batch_size)), total, drafted
             )
         return width
-
-    def priced_by_probes(self, batch_size: int) -> bool:
-        """Whether the widest has run at this batch size, or at one below it and one above."""
-        return batch_size in self.probed or bracketed(self.probed, batch_size)
 
     def explore_later(self, plain_wins: bool) -> None:
         """An exploring step: the next one further off while plain decoding wins, else at
