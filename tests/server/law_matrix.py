@@ -67,7 +67,7 @@ PATHS = {
     "TP=2, plain worker, draft window, per-request lengths": "test_tp.py",
     "DP attention, overlap worker": "test_dp_attention.py",
     "DP attention, plain worker": "test_dp_attention.py",
-    "PD, overlap worker": "test_pd.py",
+    "PD, overlap worker, per-request lengths": "test_pd.py",
     "PD, plain worker": "test_pd.py",
     "LoRA, plain worker": "test_lora.py",
     "fp8 draft KV, paged, plain worker": "test_engine_features.py",

@@ -6,12 +6,14 @@ draft KV pool, which SGLang sends with the target KV, addressed by target slot i
 server's first step drafts from that draft KV and the prefill's first token.
 
 Greedy outputs through the router equal the engine-free reference token for token, and so do the
-verify-step counts: the decode server's drafter drafts exactly what it would have drafted had it
-run the prefill itself, so the draft KV arrived whole. Also 8 concurrent requests, a radix-cache
-hit on the prefill server, a chat completion, and sampled requests at law_matrix.SETTINGS
-(temperatures, filters, a penalty) following the target's law, controls failing. A hybrid (Gated
-DeltaNet) target moves its recurrent state with the KV: its outputs equal transformers' greedy
-decoding.
+plain worker's verify-step counts: the decode server's drafter drafts exactly what it would have
+drafted had it run the prefill itself, so the draft KV arrived whole. The overlap worker's decode
+server verifies per-request lengths (a forced cycle: one batch mixes plain steps, narrow and whole
+blocks), so its step counts differ from the reference's while its tokens may not. Also 8
+concurrent requests, a radix-cache hit on the prefill server, a chat completion, and sampled
+requests at law_matrix.SETTINGS (temperatures, filters, a penalty) following the target's law,
+controls failing. A hybrid (Gated DeltaNet) target moves its recurrent state with the KV: its
+outputs equal transformers' greedy decoding.
 
 Servers: a hybrid deployment first, then prefill + decode + router per worker (overlap, plain),
 one server refused at startup.
@@ -23,6 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from dflash_sglang.width.request_lengths import FORCED_LENGTHS_ENV
 from dflash_sglang_tools.testing.pd import PDDeployment, pd_role_args
 from dflash_sglang_tools.testing.server import ServerError, SGLangServer
 
@@ -34,8 +37,9 @@ from .pairs import load, reference, word_prompts
 BLOCK = 4
 MAX_NEW = 24
 OVERLAP = {"SGLANG_ENABLE_SPEC_V2": "1"}
+PER_REQUEST = {FORCED_LENGTHS_ENV: "4,1,3,2"}  # each request's length, cycling step by step
 WORKERS = {  # name: (env, the worker class the log names)
-    "overlap": (OVERLAP, "overlap.DFlashOverlapWorker"),
+    "overlap": ({**OVERLAP, **PER_REQUEST}, "overlap.DFlashOverlapWorker"),
     "plain": (PLAIN, "worker.DFlashWorker"),
 }
 
@@ -79,6 +83,8 @@ def test_both_sides_serve_our_worker(pd):
         assert f"DFLASH served by dflash_sglang.{WORKERS[pd.kind][1]}" in log
         # The transfer moves draft KV by slot: nothing of it may wait (step/deferred_context.py).
         assert "plain steps' context injected at once (PD disaggregation moves the KV)" in log
+    if pd.kind == "overlap":
+        assert "forced per-request lengths [4, 1, 3, 2]" in pd.decode.log_path.read_text()
 
 
 def test_greedy_through_the_router_equals_the_reference_drafts_included(pair, pd, prompt_ids):
@@ -87,8 +93,8 @@ def test_greedy_through_the_router_equals_the_reference_drafts_included(pair, pd
         out = pd.router.generate(ids, MAX_NEW)
         ref = reference(pair, ids, MAX_NEW, BLOCK)
         assert out["output_ids"] == ref.tokens
-        # The same drafts step by step: the transferred draft KV is the prefill's, whole.
-        assert out["meta_info"]["spec_verify_ct"] == len(ref.accept_lengths)
+        if pd.kind == "plain":  # the same drafts step by step: the prefill's draft KV, whole
+            assert out["meta_info"]["spec_verify_ct"] == len(ref.accept_lengths)
         accepted_more_than_one += max(ref.accept_lengths) > 1
     assert accepted_more_than_one >= 3
 
@@ -124,7 +130,7 @@ def test_the_sampled_law_with_real_filters(pair, pd, prompt_ids):
     verify: law_matrix.SETTINGS through the router, each against the target's law and its control
     (32 completions a setting, each a request of its own through the router and the KV transfer:
     a control's margin says nothing of the power against a wrong sampler, docs/reliability.md)."""
-    path = {"overlap": "PD, overlap worker", "plain": "PD, plain worker"}
+    path = {"overlap": "PD, overlap worker, per-request lengths", "plain": "PD, plain worker"}
     _, target, _ = load(pair.target, pair.draft)
     law_path = path[pd.kind]
     assert_every_setting_follows_the_law(law_path, pd.router, target, prompt_ids, batched=False)
