@@ -11,6 +11,9 @@ target's law, and never fewer tokens than token-wise verification.
   keeps the law of the whole output, not of each step's tail: conditioned on a step going on past
   position i, its next token is not p_i.) Shown to catch the planted bugs: the final residual
   without the prefix weight, a prefix accepted with its weight alone, q read at the wrong position.
+- Per-request verify lengths (step/ragged.py): a request judging n_i < n drafts judges the block
+  cut to n_i, coin for coin, and keeps the law with the rows past it zero; shown to catch its
+  bonus drawn from the residual, and a block judged past its own end.
 """
 
 import json
@@ -44,14 +47,19 @@ def test_equals_sglangs_block_verification_kernel():
         assert counts[0] > 0 and counts[-1] > 0 and sum(counts[1:-1]) > 0, (n, counts)
 
 
-def block_step(params: dict, seed: int = 0, block: bool = True):
+def block_step(params: dict, seed: int = 0, block: bool = True, draft_counts=None):
     """One sampled verify of N identical requests through the production path."""
-    return sampled_step(params, seed, requests=N, block_verification=block)
+    return sampled_step(params, seed, requests=N, block_verification=block, draft_counts=draft_counts)
+
+
+def mixed_counts(seed: int = 5) -> torch.Tensor:
+    """[N]: each request's own number of drafts, 0 (plain) to S (the whole block)."""
+    return torch.randint(0, S + 1, (N,), generator=torch.Generator().manual_seed(seed))
 
 
 def joint_p_value(accepted, target: torch.Tensor, seed: int = 0) -> float:
     """Chi-square of the block's tokens, completed from p where the step stopped, against the
-    product of the rows' laws."""
+    product of the rows' laws (0 where a token falls outside their support)."""
     generator = torch.Generator().manual_seed(seed + 99)
     tokens = accepted.tokens.clone()
     for i in range(S + 1):
@@ -62,7 +70,8 @@ def joint_p_value(accepted, target: torch.Tensor, seed: int = 0) -> float:
     for i in range(1, S + 1):
         expected = (expected.unsqueeze(-1) * target[i]).flatten()
     counts = torch.bincount(cells, minlength=V ** (S + 1)).double()
-    assert counts[expected == 0].sum() == 0, "tokens outside the law's support"
+    if counts[expected == 0].sum() > 0:
+        return 0.0  # tokens outside the law's support
     keep = expected > 0
     mass = expected[keep].double()
     return float(chisquare(counts[keep].numpy(), (mass / mass.sum() * N).numpy()).pvalue)
@@ -102,7 +111,7 @@ def residual_without_the_weight(monkeypatch):
 def prefix_accepted_with_its_weight(monkeypatch):
     """h_i = w_i: the residual's share of the prefix left out of its acceptance."""
 
-    def accepted(weights, masses, uniform):
+    def accepted(weights, masses, uniform, counts=None):
         steps = torch.arange(1, uniform.shape[1] + 1)
         return torch.where(uniform < weights[:, 1:], steps, 0).amax(dim=1)
 
@@ -115,4 +124,63 @@ def prefix_accepted_with_its_weight(monkeypatch):
 def test_the_law_check_catches_the_planted_bugs(monkeypatch, plant):
     plant(monkeypatch)
     accepted, target = block_step({"temperature": 0.7, "top_k": 3})
+    assert joint_p_value(accepted, target) < ALPHA
+
+
+def test_a_request_judges_the_block_cut_to_its_own_length_coin_for_coin():
+    g = torch.Generator().manual_seed(2)
+    bs, n = 512, 5
+    weights = torch.cat([torch.ones(bs, 1), torch.rand(bs, n, generator=g).cummin(1).values], dim=1)
+    weights[: bs // 4, 1:] = 1.0  # blocks the target agrees with throughout
+    masses = torch.rand(bs, n, generator=g)
+    uniform = torch.rand(bs, n, generator=g)
+    counts = torch.randint(0, n + 1, (bs,), generator=g)
+    accepted = block_verify.accepted_block_length(weights, masses, uniform, counts)
+    for c in range(1, n + 1):
+        rows = counts == c
+        cut = block_verify.accepted_block_length(weights[rows, : c + 1], masses[rows, :c], uniform[rows, :c])
+        assert torch.equal(accepted[rows], cut), c
+    assert (accepted[counts == 0] == 0).all()
+    assert torch.equal(block_verify.accepted_block_length(weights, masses, uniform, torch.full((bs,), n)),
+                       block_verify.accepted_block_length(weights, masses, uniform))  # fmt: skip
+    assert (accepted == counts).float().mean() > 0.2  # own blocks are kept whole, not only cut short
+
+
+@pytest.mark.parametrize("params", SETTINGS)
+def test_per_request_lengths_keep_the_target_law(params):
+    counts = mixed_counts()
+    accepted, target = block_step(params, draft_counts=counts)
+    assert (accepted.lengths <= counts + 1).all()
+    for c in range(S + 1):  # every request length keeps whole blocks of its own
+        assert (accepted.lengths[counts == c] == c + 1).float().mean() > 0.1, c
+    assert joint_p_value(accepted, target) > ALPHA
+
+
+def bonus_from_the_residual(monkeypatch):
+    """The ragged_bonus_from_residual bug (tests/planted/bugs.py): a request that kept its own
+    block whole draws from normalise(max(w p - q, 0)) at its next position, not from p."""
+    final = sampled_verify.sampled_final_probs
+    monkeypatch.setattr(
+        sampled_verify,
+        "sampled_final_probs",
+        lambda law, logits, proposal, accepted, weight=None, draft_counts=None: final(
+            law, logits, proposal, accepted, weight
+        ),
+    )
+
+
+def judged_past_its_own_end(monkeypatch):
+    """Each request's block judged to the full width, past the rows its length verified (zeros)."""
+    accepted = block_verify.accepted_block_length
+    monkeypatch.setattr(
+        sampled_verify,
+        "accepted_block_length",
+        lambda weights, masses, uniform, counts=None: accepted(weights, masses, uniform),
+    )
+
+
+@pytest.mark.parametrize("plant", [bonus_from_the_residual, judged_past_its_own_end])
+def test_the_per_request_law_check_catches_the_planted_bugs(monkeypatch, plant):
+    plant(monkeypatch)
+    accepted, target = block_step({"temperature": 0.7, "top_k": 3}, draft_counts=mixed_counts())
     assert joint_p_value(accepted, target) < ALPHA

@@ -66,15 +66,22 @@ def test_the_draw_follows_the_request_law_and_greedy_rows_keep_the_argmax():
         assert torch.allclose(proposal.rows(torch.full((N,), position), V)[-1], q, atol=1e-6)
 
 
-def sampled_step(params: dict, seed: int = 0, requests: int = N, block_verification: bool = False):
+def sampled_step(
+    params: dict, seed: int = 0, requests: int = N, block_verification: bool = False, draft_counts=None
+):
     """One sampled verify of `requests` identical requests through the production path (drafts
-    drawn from q, then sampled_accept); returns (the Acceptance, the target's laws [S + 1, V])."""
+    drawn from q, then sampled_accept); returns (the Acceptance, the target's laws [S + 1, V]).
+    draft_counts: [requests] per-request verify lengths minus one; the rows past a request's
+    length hold zeros, as the ragged forward leaves them (step/ragged.scatter_back)."""
     draft_logits, target_logits = case(seed)
     info = sampling_info(params, requests)
     generator = torch.Generator().manual_seed(seed + 7)
     features = draft_logits.expand(requests, S, V).clone()
     drafts, proposal = sampled_drafts.draw_drafts(features, identity, info, V, generator=generator)
     logits = target_logits.repeat(requests, 1)  # [requests * (S + 1), V]
+    if draft_counts is not None:
+        verified = torch.arange(S + 1) <= draft_counts.unsqueeze(1)  # [requests, S + 1]
+        logits = logits * verified.flatten().unsqueeze(1)
     accepted = sampled_accept(
         drafts,
         logits,
@@ -83,6 +90,7 @@ def sampled_step(params: dict, seed: int = 0, requests: int = N, block_verificat
         generator=generator,
         proposal=proposal,
         block_verification=block_verification,
+        draft_counts=draft_counts,
     )
     temperature, top_k = params["temperature"], params.get("top_k", V)
     return accepted, torch.stack([law(row, temperature, top_k) for row in target_logits])

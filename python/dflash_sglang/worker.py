@@ -117,9 +117,7 @@ class DFlashWorker(BaseSpecWorker):
         self.widths = VerifyWidth(
             self.block_size, self.device, tp_group, tree_nodes, off_because,
             metrics=bool(server_args.enable_metrics), tp_rank=getattr(tp_group, "rank_in_group", 0),
-            ragged_off_because=ragged_off_because(
-                self.model_runner, self.tree, self.block_verification, self.simulated
-            ),
+            ragged_off_because=ragged_off_because(self.model_runner, self.tree, self.simulated),
             partial_drafter=partial_drafter_requested(self.window_size),
         )  # fmt: skip
         draft_vocab = None  # a tree's: the drafter's log q

@@ -136,8 +136,8 @@ BUGS = {
         SAMPLED_VERIFY,
         "q_at = q_at * (accepted < draft_counts).unsqueeze(1)",
         "q_at = q_at * 1",
-        "per-request lengths, sampled drafts: a request that kept all its own drafts draws its bonus "
-        "from the residual of its next draft, not from p",
+        "per-request lengths, sampled drafts (token by token or as a block): a request that kept all "
+        "its own drafts draws its bonus from the residual of its next draft, not from p",
         "ragged",
     ),
 }

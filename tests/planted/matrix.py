@@ -29,6 +29,8 @@ LAW_TESTS = {
     "hybrid": "tests/server/test_hybrid_worker.py::test_the_sampled_law_with_power_through_state_commits",
     "ragged": "tests/server/test_verify_width.py::"
     "test_the_sampled_law_with_real_filters_across_forced_request_lengths",
+    "ragged-block": "tests/server/test_sampled_drafts.py::"
+    "test_block_verification_keeps_the_law_and_greedy_stays_exact",
     "dflash2": "tests/server/test_sampled_drafts.py::"
     "test_a_trained_dflash2_drafter_samples_its_walk_keeps_the_law_and_greedy_stays_exact",
 }
@@ -37,7 +39,7 @@ REACHES = {
     "sampled chain": ("chain-sampled", "tp2", "ragged", "dflash2"),
     "tree": ("tree",),
     "hybrid": ("hybrid",),
-    "ragged": ("ragged",),
+    "ragged": ("ragged", "ragged-block"),
 }
 
 

@@ -41,7 +41,7 @@ from .law_statistics import likelihood_ratio_pvalue
 PATHS = {
     "chain, sampled drafts, overlap worker": "test_worker.py",
     "chain, point drafts, plain worker": "test_worker.py",
-    "chain, sampled drafts, block verification, plain worker": "test_sampled_drafts.py",
+    "chain, sampled drafts, block verification, per-request lengths, plain worker": "test_sampled_drafts.py",
     "DFlash2 drafter (trained), sampled walk, overlap worker": "test_sampled_drafts.py",
     "tree 16 nodes, overlap worker": "test_tree.py",
     "tree 32 nodes, plain worker": "test_tree.py",

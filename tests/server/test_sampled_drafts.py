@@ -1,10 +1,11 @@
 """Drafts sampled from the drafter's law (the default at T > 0; the servers set it) on a real
 server: greedy requests beside sampled ones equal to the engine-free reference, and the startup
 line (the chain's sampled law, with the power of the bugs' own laws, is test_worker.py's); the
-same drafts verified as a block (`--speculative-use-block-verification`), its law; and DFlash2's
-sampled walk (SGLang's sample_path) on a DFlash2 drafter, its law and startup line. The exactness
-of the verify with a proposal q and the power of its law check against this code's bugs are in
-tests/test_sampled_drafts.py, tests/test_block_verify.py and tests/cpu/test_drafter_variants.py."""
+same drafts verified as a block (`--speculative-use-block-verification`) at per-request lengths,
+its law; and DFlash2's sampled walk (SGLang's sample_path) on a DFlash2 drafter, its law and
+startup line. The exactness of the verify with a proposal q and the power of its law check
+against this code's bugs are in tests/test_sampled_drafts.py, tests/test_block_verify.py and
+tests/cpu/test_drafter_variants.py."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from dflash_sglang.sampling.sampled_drafts import SAMPLED_DRAFTS_ENV
+from dflash_sglang.width.request_lengths import FORCED_LENGTHS_ENV
 from dflash_sglang_tools.testing.server import SGLangServer, log_tail
 from dflash_sglang_tools.testing.tiny_dense import TinyPair
 from dflash_sglang_tools.train import data
@@ -56,25 +58,31 @@ def test_greedy_requests_beside_sampled_ones_equal_the_reference(case, server):
         assert out["output_ids"] == reference(pair, ids, MAX_NEW, drafter.block_size).tokens
 
 
+# Each request's own verify length, cycling step by step (step/ragged.py): plain steps, blocks
+# cut short and whole ones judged side by side in one ragged step.
+PER_REQUEST = {FORCED_LENGTHS_ENV: "4,1,3,2"}
+
+
 @pytest.fixture(scope="module")
 def blocks(case):
     """Sampled drafts verified as a block (SGLang's flag; SGLang refuses it off CUDA, the plugin
-    lets it through for DFLASH on CPU), under the plain worker."""
+    lets it through for DFLASH on CPU), under the plain worker, at per-request lengths."""
     pair, _, drafter, _ = case
     args = [*dflash_args(pair, drafter.block_size), "--speculative-use-block-verification"]
-    with SGLangServer(pair.target, args, env={**PLAIN, SAMPLED_DRAFTS_ENV: "1"}) as server:
+    with SGLangServer(pair.target, args, env={**PLAIN, SAMPLED_DRAFTS_ENV: "1", **PER_REQUEST}) as server:
         yield server
 
 
 def test_block_verification_keeps_the_law_and_greedy_stays_exact(case, blocks):
     pair, target, drafter, prompt = case
-    assert "sampled from the drafter's law" in log_tail(blocks.log_path, lines=400)
-    assert "verified as a block (--speculative-use-block-verification)" in log_tail(
-        blocks.log_path, lines=400
-    )
+    startup = log_tail(blocks.log_path, lines=400)
+    assert "sampled from the drafter's law" in startup
+    assert "verified as a block (--speculative-use-block-verification)" in startup
+    assert "forced per-request lengths [4, 1, 3, 2]" in startup
     assert_every_setting_follows_the_law(
-        "chain, sampled drafts, block verification, plain worker", blocks, target, [prompt], n=COMPLETIONS
-    )
+        "chain, sampled drafts, block verification, per-request lengths, plain worker",
+        blocks, target, [prompt], n=COMPLETIONS,
+    )  # fmt: skip
     out = blocks.generate(prompt, MAX_NEW)
     assert out["output_ids"] == reference(pair, prompt, MAX_NEW, drafter.block_size).tokens
 

@@ -44,19 +44,24 @@ def residual_mass(weight: torch.Tensor, p: torch.Tensor, q: torch.Tensor) -> tor
     return (weight.unsqueeze(-1) * p - q).clamp_min(0).sum(-1)
 
 
-def accepted_block_length(weights: torch.Tensor, masses: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
+def accepted_block_length(
+    weights: torch.Tensor, masses: torch.Tensor, uniform: torch.Tensor, counts: torch.Tensor | None = None
+) -> torch.Tensor:
     """[bs]: the longest prefix i in 1..n whose coin u_i (uniform[:, i - 1]) is below h_i, else 0.
 
-    weights: [bs, n + 1] from prefix_weights; masses: [bs, n], masses[:, i] = r_i (column 0 unused).
+    weights: [bs, n + 1] from prefix_weights; masses: [bs, n], masses[:, i] = r_i (column 0 unused);
+    counts: [bs] each request's own block length n_i <= n (per-request verify lengths): its block
+    ends there, h_{n_i} = w_{n_i}, and no prefix past it is judged (the rows hold no verify).
     """
     n = uniform.shape[1]
     w = weights[:, 1:]  # w_1 .. w_n
     r = torch.cat([masses[:, 1:], torch.zeros_like(masses[:, :1])], dim=1)  # r_1 .. r_{n-1}, pad
     h = torch.where(w >= 1.0, torch.ones_like(w), r / (r + 1.0 - w).clamp_min(1e-30))
-    h[:, -1] = w[:, -1]  # the whole block: accepted with its weight
-    h = torch.where(w > 0, h, torch.zeros_like(h))
-    ok = uniform < h
     steps = torch.arange(1, n + 1, device=uniform.device)
+    ends = torch.full_like(steps, n).expand_as(h) if counts is None else counts.unsqueeze(1).expand_as(h)
+    h = torch.where(steps == ends, w, h)  # the whole (own) block: accepted with its weight
+    h = torch.where((w > 0) & (steps <= ends), h, torch.zeros_like(h))
+    ok = uniform < h
     return torch.where(ok, steps, torch.zeros_like(steps)).amax(dim=1)
 
 

@@ -51,10 +51,12 @@ def sampled_accept(
     if proposal is None:
         accepted = within(accepted_prefix_length(uniform < p_draft), draft_counts)
         final = final_probs(law, logits, drafts, accepted, p_draft, draft_counts)
-    elif block_verification:  # whole blocks only (worker.ragged_off_because)
+    elif block_verification:  # each request's block ends at its own count
         weights = prefix_weights(p_draft, proposal.q_draft)
-        accepted = accepted_block_length(weights, residual_masses(law, logits, proposal, weights), uniform)
-        final = sampled_final_probs(law, logits, proposal, accepted, weights.gather(1, accepted.unsqueeze(1)))
+        masses = residual_masses(law, logits, proposal, weights)
+        accepted = accepted_block_length(weights, masses, uniform, draft_counts)
+        weight = weights.gather(1, accepted.unsqueeze(1))
+        final = sampled_final_probs(law, logits, proposal, accepted, weight, draft_counts)
     else:  # accept with min(1, p / q): u q < p
         accepted = within(accepted_prefix_length(uniform * proposal.q_draft < p_draft), draft_counts)
         final = sampled_final_probs(law, logits, proposal, accepted, draft_counts=draft_counts)

@@ -6,8 +6,9 @@ Request i verifies only its first L_i positions: the verify forward takes those 
 attention reads its lengths, cpu/attention.py), and its logits and captured hidden states are
 scattered back to the block's [bs * w] rows, so the acceptance, the request outputs and the commit
 keep their one stride. The rows past a request's length hold zeros and are never read: its
-acceptance stops at L_i - 1 drafts (`cap_drafts`, sampled_verify's `draft_counts`), so it commits
-at most L_i tokens, and the commit's injection writes only committed positions.
+acceptance stops at L_i - 1 drafts (`cap_drafts`, sampled_verify's `draft_counts`; block
+verification judges a block of L_i - 1 drafts), so it commits at most L_i tokens, and the
+commit's injection writes only committed positions.
 
 Why it is exact: verifying the first L_i positions is the whole-block verify of a block of L_i,
 which is exact at every L_i (the width's argument, docs/adaptive.md), request by request.
@@ -15,8 +16,7 @@ which is exact at every L_i (the width's argument, docs/adaptive.md), request by
 Trees too, on CPU: request i verifies its tree's first L_i nodes (a smaller budget's tree, since
 best-first trees nest: tree/budgets.py), with their n_i x n_i ancestor mask (tree/verify.attach),
 and walks only them (BatchTree.truncated). Dense targets only (ragged_off_because): a hybrid
-target's recurrent verify, a GPU backend's tree mask, block verification and attention DP take one
-width a batch.
+target's recurrent verify, a GPU backend's tree mask and attention DP take one width a batch.
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ def cap_drafts(drafts: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     return torch.where(position < (lengths - 1).unsqueeze(1), drafts, torch.full_like(drafts, -1))
 
 
-def ragged_off_because(model_runner, tree, block_verification: bool, simulated) -> str | None:
+def ragged_off_because(model_runner, tree, simulated) -> str | None:
     """Why this server verifies one width a batch (None: it can verify per-request lengths)."""
     from sglang.srt.configs.hybrid_arch import mambaish_config
 
@@ -88,8 +88,6 @@ def ragged_off_because(model_runner, tree, block_verification: bool, simulated) 
         return "a hybrid target's recurrent verify takes one width a batch"
     if tree is not None and str(model_runner.device) != "cpu":  # the CPU hook splits ragged masks
         return "a GPU backend's tree mask (FULL_MASK) takes one node count a batch"
-    if block_verification:
-        return "block verification judges whole blocks"
     if simulated is not None:
         return "simulated acceptance draws one width a batch"
     if dp_attention.enabled():
