@@ -58,7 +58,7 @@ def accepted_block_length(
     r = torch.cat([masses[:, 1:], torch.zeros_like(masses[:, :1])], dim=1)  # r_1 .. r_{n-1}, pad
     h = torch.where(w >= 1.0, torch.ones_like(w), r / (r + 1.0 - w).clamp_min(1e-30))
     steps = torch.arange(1, n + 1, device=uniform.device)
-    ends = torch.full_like(steps, n).expand_as(h) if counts is None else counts.unsqueeze(1).expand_as(h)
+    ends = n if counts is None else counts.unsqueeze(1)  # each request's last draft
     h = torch.where(steps == ends, w, h)  # the whole (own) block: accepted with its weight
     h = torch.where((w > 0) & (steps <= ends), h, torch.zeros_like(h))
     ok = uniform < h
