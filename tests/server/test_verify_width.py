@@ -13,6 +13,8 @@ a second such server runs the drafter only for the requests of length above 1
   verify has a graph; the session pins `DFLASH_SGLANG_ADAPTIVE_WIDTH=0` for every other server),
   overlap worker: outputs equal the reference while the policy picks widths from what it measures
   (past REPORT_EVERY steps), and the log says it is the default and shows what ran;
+- the same server switched at runtime (`/set_internal_state`: whole blocks, one width a batch,
+  the default again): outputs equal the reference, and the log shows what ran under each;
 - under the overlap worker (host-sync check on), forced per-request lengths and adaptive (which
   verifies per-request lengths where it is not exploring), sampled requests at
   law_matrix.SETTINGS (temperatures, filters, a penalty) follow the target's law, controls fail;
@@ -25,11 +27,13 @@ Four servers, one at a time.
 from __future__ import annotations
 
 import ast
+import re
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from dflash_sglang.width.request_lengths import FORCED_LENGTHS_ENV, PARTIAL_DRAFTER_ENV
+from dflash_sglang.width.runtime_policy import ADAPTIVE, LENGTHS
 from dflash_sglang.width.verify_width import ADAPTIVE_ENV, REPORT_EVERY, WIDTHS_ENV
 from dflash_sglang_tools.testing.server import SGLangServer
 
@@ -113,6 +117,38 @@ def test_the_adaptive_width_is_exact_and_reports_what_ran(pair, adaptive, prompt
     assert steps >= REPORT_EVERY and f"verify widths of the last {REPORT_EVERY} steps" in log
     ran = set().union(*(widths for widths in reported_widths(log)))
     assert len(ran) >= 2, f"the policy ran only widths {ran}: it did not adapt"
+
+
+def test_the_policy_switched_at_runtime_stays_exact_and_runs_what_it_says(pair, adaptive, prompt_ids):
+    """`/set_internal_state` (width/runtime_policy.py): whole blocks, then one width a batch, then
+    the default again, each burst equal to the reference; each switch logs the steps before it
+    (whole blocks: only width 8; one width a batch: no ragged step); a bad value is refused."""
+    want = [reference(pair, ids, MAX_NEW, BLOCK).tokens for ids in prompt_ids]
+    switches = [{ADAPTIVE: 0}, {ADAPTIVE: 1, LENGTHS: 0}, {LENGTHS: 1}]
+    try:
+        for switch in switches:
+            assert adaptive.post("/set_internal_state", {"server_args": switch}) == [True]
+            with ThreadPoolExecutor(8) as pool:
+                outs = list(pool.map(lambda ids: adaptive.generate(ids, MAX_NEW), prompt_ids))
+            assert [out["output_ids"] for out in outs] == want, switch
+        assert adaptive.post("/set_internal_state", {"server_args": {LENGTHS: 2}}) == [False]
+    finally:
+        adaptive.post("/set_internal_state", {"server_args": {ADAPTIVE: 1, LENGTHS: 1}})
+    assert adaptive.generate(prompt_ids[0], MAX_NEW)["output_ids"] == want[0]
+    log = adaptive.log_path.read_text()
+    assert f"{LENGTHS}=2: expected 0 (off) or 1 (on)" in log
+    whole_blocks = switched_from(log, f"{ADAPTIVE}=1")  # the steps that ran under whole blocks
+    assert whole_blocks["steps"] > 0 and set(whole_blocks["widths"]) == {BLOCK}, whole_blocks
+    one_width = switched_from(log, f"{LENGTHS}=1")  # ... and under one width a batch
+    assert one_width["steps"] > 0 and one_width["ragged"] == 0, one_width
+
+
+def switched_from(log: str, switch: str) -> dict:
+    """The first log line of a runtime switch (`dflash_request_lengths=1 from the next step (before
+    it: 73 steps, widths {8: 51, 7: 22}, 0 of them ragged)`): what ran before it."""
+    line = next(line for line in log.splitlines() if f"{switch} from the next step" in line)
+    found = re.search(r"before it: (\d+) steps, widths (\{.*?\}), (\d+) of them ragged", line)
+    return {"steps": int(found[1]), "widths": ast.literal_eval(found[2]), "ragged": int(found[3])}
 
 
 def reported_widths(log: str) -> list[dict]:

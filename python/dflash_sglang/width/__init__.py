@@ -8,6 +8,7 @@ step verifies, and the load-adaptive policy that chooses it.
     observations.py          what the policy learns: acceptance per request, step cost per width
     partial_steps.py         what a ragged step drafting part of the batch costs (its fixed share)
     signal.py                what the width tells an operator (log line, metrics)
+    runtime_policy.py        the policy switched on a running server (`/set_internal_state`)
     simulated_acceptance.py  DFLASH_SGLANG_SIMULATE_ACCEPTANCE: acceptance drawn at set rates
                              (benchmarking only)
 

@@ -23,6 +23,8 @@ verify runs without graphs (CPU, `--disable-cuda-graph`) and no attention DP.
 (GPU graphs included: narrower steps then verify eager). `DFLASH_SGLANG_VERIFY_WIDTHS="8,1,4"`
 forces a cycle of widths step by step (a testing and benchmarking switch: the
 lossless-across-switching tests use it).
+On a running server, `/set_internal_state` switches between the configured policy, whole blocks
+and one width a batch (width/runtime_policy.py).
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ from .request_lengths import (
     switch_value,
     tree_request_lengths,
 )
+from .runtime_policy import ADAPTIVE, PolicyLedger
 from .signal import WidthSignal
 
 logger = logging.getLogger(__name__)
@@ -162,6 +165,8 @@ class VerifyWidth:
         self.lengths: RequestLengths | None = None
         self.partial_drafter = partial_drafter
         self.last_view = None  # (batch size, the ranked estimates) of the latest adaptive choice
+        # The policy switched at runtime (width/runtime_policy.py), and what ran under it.
+        self.configured_per_request, self.ledger = self.per_request, PolicyLedger()
 
     @property
     def describe(self) -> str:
@@ -186,8 +191,19 @@ class VerifyWidth:
         """The current step's per-request lengths, or None where every request verifies the width."""
         return None if self.lengths is None else self.lengths.lengths
 
+    def switch(self, key: str, value) -> None:
+        """A runtime switch (width/runtime_policy.py; `refusal` checked it), from the next step."""
+        self.ledger.switched(key, int(value))
+        if key == ADAPTIVE:
+            self.ledger.whole_blocks = not value
+        else:
+            self.per_request = bool(value)
+
     def choose(self, batch) -> int:
         self.lengths = None
+        if self.ledger.whole_blocks:  # as a server started with the adaptive width off
+            self.ledger.count(self.widest, ragged=False)
+            return self.widest
         if self.forced_lengths:
             self.lengths = forced_lengths(self.forced_lengths, self.steps, len(batch.reqs), self.widest)
             width = self.lengths.width
@@ -196,9 +212,11 @@ class VerifyWidth:
         elif self.adaptive:
             width = self.adaptive_choice(batch)
         else:
+            self.ledger.count(self.widest, ragged=False)
             return self.widest
         self.steps += 1
         self.ran[width] += 1
+        self.ledger.count(width, ragged=self.lengths is not None)
         if self.lengths is not None:
             self.ragged_steps += 1
             self.ran_lengths.update(self.lengths.lengths)

@@ -1,0 +1,85 @@
+"""width/runtime_policy.py without a server: which values a server takes, what each switch does to
+the next steps, and SGLang's `/set_internal_state` handlers it adds (the switches on a running
+server: tests/server/test_verify_width.py)."""
+
+from types import SimpleNamespace
+
+import pytest
+from sglang.srt.managers.scheduler_components.internal_state import UpdateRejected
+
+from dflash_sglang.width import verify_width
+from dflash_sglang.width.request_lengths import FORCED_LENGTHS_ENV, LENGTHS_ENV
+from dflash_sglang.width.runtime_policy import ADAPTIVE, LENGTHS, add_handlers, refusal
+from dflash_sglang.width.verify_width import ADAPTIVE_ENV, WIDTHS_ENV, VerifyWidth
+
+
+@pytest.fixture(autouse=True)
+def no_switches(monkeypatch):
+    monkeypatch.setattr(verify_width.dp_attention, "enabled", lambda: False)
+    for name in (ADAPTIVE_ENV, LENGTHS_ENV, WIDTHS_ENV, FORCED_LENGTHS_ENV):
+        monkeypatch.delenv(name, raising=False)
+
+
+def adaptive_widths(per_request: bool = True) -> VerifyWidth:
+    """A server's widths with the adaptive width on (as on CPU), with or without per-request lengths."""
+    return VerifyWidth(8, default_off_because=None, ragged_off_because=None if per_request else "a reason")
+
+
+def batch(size: int, name: str = "r"):
+    reqs = [SimpleNamespace(rid=f"{name}{i}", spec_correct_drafts_histogram=[0] * 8) for i in range(size)]
+    return SimpleNamespace(reqs=reqs)
+
+
+def test_a_server_takes_what_it_started_with_and_whole_blocks(monkeypatch):
+    on = adaptive_widths()
+    assert refusal(ADAPTIVE, 0, on) is None and refusal(ADAPTIVE, 1, on) is None
+    assert refusal(LENGTHS, 0, on) is None and refusal(LENGTHS, 1.0, on) is None
+    assert "expected 0 (off) or 1 (on)" in refusal(LENGTHS, 2, on)
+    assert "expected 0 (off) or 1 (on)" in refusal(ADAPTIVE, "whole", on)
+    one_width = adaptive_widths(per_request=False)
+    assert "did not start with it" in refusal(LENGTHS, 1, one_width)
+    monkeypatch.setenv(ADAPTIVE_ENV, "0")
+    off = adaptive_widths()
+    assert refusal(ADAPTIVE, 0, off) is None and "did not start with it" in refusal(ADAPTIVE, 1, off)
+    monkeypatch.setenv(WIDTHS_ENV, "8,1")
+    assert "forces its widths" in refusal(ADAPTIVE, 0, VerifyWidth(8))
+
+
+def test_whole_blocks_neither_choose_nor_time_nor_learn_and_the_adaptive_width_resumes():
+    widths = adaptive_widths()
+    widths.choose(batch(4))
+    assert widths.step_started is not None  # chosen and timed
+    widths.step_done()
+    widths.switch(ADAPTIVE, 0)
+    steps, known = widths.steps, set(widths.acceptance.entries)
+    assert [widths.choose(batch(4, "new")) for _ in range(5)] == [8] * 5
+    assert widths.step_started is None and widths.lengths is None
+    assert widths.steps == steps and set(widths.acceptance.entries) == known  # nothing learnt
+    assert dict(widths.ledger.widths) == {8: 5}
+    widths.switch(ADAPTIVE, 1)
+    assert widths.ledger.widths == {}  # logged and cleared at the switch
+    widths.choose(batch(4))
+    assert widths.steps == steps + 1 and widths.step_started is not None  # chosen and timed again
+
+
+def test_the_lengths_switch_turns_per_request_lengths_off_and_on():
+    widths = adaptive_widths()
+    assert widths.per_request
+    widths.switch(LENGTHS, 0)
+    assert not widths.per_request and not widths.ledger.whole_blocks
+    widths.switch(LENGTHS, 1)
+    assert widths.per_request
+
+
+def test_sglang_gets_both_handlers_where_our_worker_serves():
+    widths = adaptive_widths()
+    controller = SimpleNamespace(scheduler=SimpleNamespace(draft_worker=SimpleNamespace(widths=widths)))
+    handlers = add_handlers(lambda c: {"theirs": None}, controller)
+    assert set(handlers) == {"theirs", ADAPTIVE, LENGTHS}
+    with pytest.raises(UpdateRejected, match="expected 0"):
+        handlers[LENGTHS].validate(LENGTHS, 3)
+    handlers[ADAPTIVE].validate(ADAPTIVE, 0)
+    assert handlers[ADAPTIVE].apply(ADAPTIVE, 0) is None  # a worker command, not a server arg
+    assert widths.ledger.whole_blocks
+    other = SimpleNamespace(scheduler=SimpleNamespace(draft_worker=None))  # no-spec, or SGLang's worker
+    assert set(add_handlers(lambda c: {"theirs": None}, other)) == {"theirs"}
