@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: install system-libs test test-fast lint serve demo bench bench-adaptive bench-first-burst bench-mixed bench-sampled-drafts bench-sampling-memory tiny-pair tiny-dflash2 gpu-check soak planted law-power
+.PHONY: install system-libs test test-fast lint serve demo bench bench-adaptive bench-first-burst bench-mixed bench-one-process bench-sampled-drafts bench-sampling-memory tiny-pair tiny-dflash2 gpu-check soak planted law-power
 
 install: system-libs
 	python3 -m venv $(VENV)
@@ -70,6 +70,15 @@ bench-first-burst:
 # at temperature 1.0 whose drafts rarely fit; fresh servers interleaved, REPEATS times (docs/adaptive.md).
 bench-mixed:
 	$(PY) -m dflash_sglang_tools.bench.mixed_load --repeats $(REPEATS)
+
+# Verify policies compared inside one server process, switched between bursts through
+# /set_internal_state, so a process's own speed cancels out (docs/adaptive.md). LOAD=chat or mixed.
+LOAD ?= chat
+ROUNDS ?= 8
+CONCURRENCY ?= 1,4,8,16,32
+bench-one-process:
+	$(PY) -m dflash_sglang_tools.bench.one_process --load $(LOAD) --rounds $(ROUNDS) \
+		--concurrency $(CONCURRENCY) --servers 2 --out docs/bench/one-process-$(LOAD).json
 
 # Engine-free: tokens a step with point against sampled drafts at T 0.6 and 1.0 (docs/sampled-drafts.md).
 bench-sampled-drafts:

@@ -102,3 +102,19 @@ def test_repeats_merge_to_their_median_and_pair_with_the_baseline():
     assert speedup(ours, base) == 2.0
     assert not distinct(paired_speedups(ours, base)) and distinct([1.1, 1.2, 1.05])
     assert paired_speedups(ours, summarize([request()], 1, 1.0, block_size=None)) == []  # not repeated
+
+
+def test_one_process_rounds_rotate_the_order_and_pair_the_ratios():
+    """bench/one_process.py: each policy takes each place in the order equally often; the summary's
+    sign test is two-sided and ties count for neither side."""
+    from dflash_sglang_tools.bench.one_process import round_order, summary
+
+    labels = ["a", "b", "c"]
+    orders = [round_order(labels, k) for k in range(6)]
+    assert orders[:3] == [["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"]] and orders[3:] == orders[:3]
+    assert all(sorted(o[i] for o in orders) == sorted(labels * 2) for i in range(3))
+    s = summary([1.2, 0.8, 1.1, 1.0, 1.25])
+    assert (s["above"], s["rounds"], s["low"], s["high"]) == (3, 5, 0.8, 1.25)
+    assert s["median"] == 1.1 and s["sign_p"] == pytest.approx(2 * 5 / 16)
+    assert s["geomean"] == pytest.approx((1.2 * 0.8 * 1.1 * 1.0 * 1.25) ** 0.2)
+    assert summary([0.5] * 8)["sign_p"] == pytest.approx(2 / 256)

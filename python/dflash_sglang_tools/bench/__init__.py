@@ -15,6 +15,8 @@ adaptive.py      `make bench-adaptive`: the adaptive width under load, simulated
 first_burst.py   `make bench-first-burst`: a new server's first bursts against its steady state
 mixed_load.py    `make bench-mixed`: per-request verify lengths against one width a batch, on a
                  load mixing requests whose drafts fit and requests whose drafts do not
+one_process.py   `make bench-one-process`: verify policies inside one server process, switched
+                 between bursts (a process's own speed cancels out)
 machine_load.py  what else loads the machine while a level runs
 sampling_memory.py  `make bench-sampling-memory`: one sampled verify's memory at production sizes
 """

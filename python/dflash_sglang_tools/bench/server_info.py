@@ -1,5 +1,6 @@
 """What the benchmark asks a server before timing it: its model name, its speculative settings,
-and a radix-cache flush (so a level never reuses the prompts' KV from the level before)."""
+a radix-cache flush (so a level never reuses the prompts' KV from the level before), and our
+worker's runtime switches (bench/one_process.py)."""
 
 from __future__ import annotations
 
@@ -62,3 +63,17 @@ def flush_cache(url: str) -> bool:
             return r.status == 200
     except (urllib.error.URLError, OSError):
         return False
+
+
+def set_internal_state(url: str, switches: dict) -> None:
+    """SGLang's /set_internal_state (a running server's switches: dflash_sglang/width/runtime_policy.py);
+    raises where any rank did not take them (the server's log says why)."""
+    body = json.dumps({"server_args": switches}).encode()
+    request = urllib.request.Request(
+        f"{url.rstrip('/')}/set_internal_state", data=body, method="POST",
+        headers={"Content-Type": "application/json"},
+    )  # fmt: skip
+    with _DIRECT.open(request, timeout=60) as response:
+        updated = json.loads(response.read())
+    if not updated or not all(updated):
+        raise RuntimeError(f"{url}: /set_internal_state refused {switches} (see the server's log)")

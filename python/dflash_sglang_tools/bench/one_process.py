@@ -1,0 +1,157 @@
+"""`make bench-one-process`: verify policies compared inside one server process (docs/adaptive.md).
+
+    python -m dflash_sglang_tools.bench.one_process [--rounds 8] [--concurrency 16] [--load chat]
+
+Why: on this CPU machine the same server, launched twice, ran the same width-8 step at batch 16
+20-30% faster in one process than in the other, whatever the policy, and which was faster flipped
+between launches. A comparison of fresh servers pairs one process of each, so a policy gap of
+15-20% was not settled by eight pairs. Here one server switches its policy between bursts through
+`/set_internal_state` (dflash_sglang/width/runtime_policy.py), so each comparison runs in one
+process:
+- `default`: the server as launched: the adaptive width, each request its own length;
+- `one width a batch`: `dflash_request_lengths` 0;
+- `whole blocks`: `dflash_adaptive_width` 0, every step the whole block.
+Each round sends one burst (every prompt, `--concurrency` in flight, radix cache flushed first)
+under each policy, in an order rotated round by round (each policy first, second and last equally
+often); one warm-up burst under the default comes first (its estimates learn as they would in
+steady state; the first burst is bench/first_burst.py's). `--servers` repeats it all on fresh
+processes. Reports the default's tokens/s over each other policy's in the same round: the median,
+the geometric mean, the range and the rounds above 1 with a two-sided sign test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import statistics
+import sys
+from pathlib import Path
+
+from ..testing.server import CPU_ARGS, SGLangServer
+from .cli import concurrency_list
+from .client import Sampling, run_level
+from .level_stats import sign_test
+from .prompts import load_prompts, take
+from .server_info import describe, flush_cache, set_internal_state
+from .tiny_prompts import EMBEDDED_PAIR
+
+POLICIES = {  # label: the runtime switches that make it
+    "default": {"dflash_adaptive_width": 1, "dflash_request_lengths": 1},
+    "one width a batch": {"dflash_adaptive_width": 1, "dflash_request_lengths": 0},
+    "whole blocks": {"dflash_adaptive_width": 0, "dflash_request_lengths": 1},
+}
+LOADS = {  # name: temperatures cycled over the requests (bench/mixed_load.py's loads)
+    "chat": (0.0,),
+    "mixed": (0.0, 1.0),
+}
+
+
+def round_order(labels: list[str], round_index: int) -> list[str]:
+    """The policies' order in a round: rotated by one each round."""
+    shift = round_index % len(labels)
+    return labels[shift:] + labels[:shift]
+
+
+def summary(ratios: list[float]) -> dict:
+    """Paired ratios (the default over another policy, one per round) -> what the tables show."""
+    above = sum(r > 1 for r in ratios)
+    below = sum(r < 1 for r in ratios)
+    trials = above + below
+    p = min(1.0, 2 * sign_test(max(above, below), trials)) if trials else 1.0
+    return {
+        "median": statistics.median(ratios),
+        "geomean": math.exp(statistics.fmean(math.log(r) for r in ratios)),
+        "low": min(ratios),
+        "high": max(ratios),
+        "above": above,
+        "rounds": len(ratios),
+        "sign_p": p,
+    }
+
+
+def burst(url: str, model: str, prompts, sampling: Sampling, concurrency: int, label: str) -> float:
+    flush_cache(url)
+    done, seconds = asyncio.run(run_level(url, model, prompts, sampling, concurrency, label))
+    failed = [r.error for r in done if r.error]
+    if failed:
+        raise RuntimeError(f"{label}: {len(failed)} requests failed: {failed[0]}")
+    return sum(r.completion_tokens for r in done) / seconds
+
+
+def one_server(args, prompts, sampling: Sampling) -> dict[int, dict[str, list[float]]]:
+    """A fresh server: per concurrency, each policy's tokens/s by round."""
+    draft = str((args.pair / "draft").resolve())
+    spec = [
+        "--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", draft,
+        "--speculative-num-draft-tokens", str(args.block),
+    ]  # fmt: skip
+    env = {"SGLANG_ENABLE_SPEC_V2": "1", "DFLASH_SGLANG_ADAPTIVE_WIDTH": ""}
+    env["DFLASH_SGLANG_REQUEST_LENGTHS"] = ""
+    out = {}
+    with SGLangServer((args.pair / "target").resolve(), spec, env=env, base_args=CPU_ARGS) as server:
+        url, labels = server.base_url, list(POLICIES)
+        model = describe(url, "one process").model
+        for concurrency in args.concurrency:
+            set_internal_state(url, POLICIES["default"])
+            burst(url, model, prompts, sampling, concurrency, f"c={concurrency} warm-up")
+            rates = {label: [] for label in labels}
+            for k in range(args.rounds):
+                for label in round_order(labels, k):
+                    set_internal_state(url, POLICIES[label])
+                    rates[label].append(
+                        burst(url, model, prompts, sampling, concurrency, f"c={concurrency} {k + 1} {label}")
+                    )
+            out[concurrency] = rates
+    return out
+
+
+def report(runs: list[dict[int, dict[str, list[float]]]], concurrency: list[int]) -> str:
+    lines = [
+        "| concurrency | default, tokens/s | default over | median | geometric mean | range "
+        "| rounds above 1 | sign test p |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for c in concurrency:
+        default = [rate for run in runs for rate in run[c]["default"]]
+        for other in [label for label in POLICIES if label != "default"]:
+            theirs = [rate for run in runs for rate in run[c][other]]
+            s = summary([d / o for d, o in zip(default, theirs, strict=True)])
+            lines.append(
+                f"| {c} | {statistics.median(default):.0f} | {other} | {s['median']:.3f} "
+                f"| {s['geomean']:.3f} | {s['low']:.2f}-{s['high']:.2f} | {s['above']}/{s['rounds']} "
+                f"| {s['sign_p']:.3g} |"
+            )
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m dflash_sglang_tools.bench.one_process", description=__doc__.split("\n\n")[0]
+    )
+    p.add_argument("--pair", type=Path, default=EMBEDDED_PAIR)
+    p.add_argument("--block", type=int, default=8)
+    p.add_argument("--load", choices=sorted(LOADS), default="chat")
+    p.add_argument("--concurrency", type=concurrency_list, default=[16])
+    p.add_argument("--rounds", type=int, default=8)
+    p.add_argument("--servers", type=int, default=1)
+    p.add_argument("--num-prompts", type=int, default=24)
+    p.add_argument("--max-tokens", type=int, default=96)
+    p.add_argument("--out", type=Path, default=Path("docs/bench/one-process.json"))
+    args = p.parse_args(argv)
+    temperatures = LOADS[args.load]
+    sampling = Sampling(args.max_tokens, temperatures[0], temperatures=temperatures)
+    prompts = take(load_prompts("tiny", pair_dir=args.pair), args.num_prompts)
+    runs = [one_server(args, prompts, sampling) for _ in range(args.servers)]
+    table = report(runs, args.concurrency)
+    print(f"\n{args.load} load, {args.servers} server(s) x {args.rounds} rounds:\n{table}")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    settings = vars(args) | {"out": str(args.out), "pair": str(args.pair), "concurrency": args.concurrency}
+    args.out.write_text(json.dumps({"args": settings, "runs": runs, "table": table}, indent=1))
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
