@@ -9,7 +9,7 @@ from sglang.srt.managers.scheduler_components.internal_state import UpdateReject
 
 from dflash_sglang.width import verify_width
 from dflash_sglang.width.request_lengths import FORCED_LENGTHS_ENV, LENGTHS_ENV
-from dflash_sglang.width.runtime_policy import ADAPTIVE, LENGTHS, add_handlers, refusal
+from dflash_sglang.width.runtime_policy import LENGTHS, WIDTH, add_handlers, refusal
 from dflash_sglang.width.verify_width import ADAPTIVE_ENV, WIDTHS_ENV, VerifyWidth
 
 
@@ -30,33 +30,37 @@ def batch(size: int, name: str = "r"):
     return SimpleNamespace(reqs=reqs)
 
 
-def test_a_server_takes_what_it_started_with_and_whole_blocks(monkeypatch):
+def test_a_server_takes_any_width_and_the_lengths_it_started_with(monkeypatch):
     on = adaptive_widths()
-    assert refusal(ADAPTIVE, 0, on) is None and refusal(ADAPTIVE, 1, on) is None
+    assert all(refusal(WIDTH, w, on) is None for w in range(9))  # 0: its own policy again
+    assert "a width in 1..8" in refusal(WIDTH, 9, on) and "a width in 1..8" in refusal(WIDTH, 2.5, on)
     assert refusal(LENGTHS, 0, on) is None and refusal(LENGTHS, 1.0, on) is None
     assert "expected 0 (off) or 1 (on)" in refusal(LENGTHS, 2, on)
-    assert "expected 0 (off) or 1 (on)" in refusal(ADAPTIVE, "whole", on)
-    one_width = adaptive_widths(per_request=False)
-    assert "did not start with it" in refusal(LENGTHS, 1, one_width)
+    assert "did not start with it" in refusal(LENGTHS, 1, adaptive_widths(per_request=False))
     monkeypatch.setenv(ADAPTIVE_ENV, "0")
     off = adaptive_widths()
-    assert refusal(ADAPTIVE, 0, off) is None and "did not start with it" in refusal(ADAPTIVE, 1, off)
+    assert refusal(WIDTH, 4, off) is None and "did not start with it" in refusal(LENGTHS, 1, off)
+    monkeypatch.setattr(verify_width.dp_attention, "enabled", lambda: True)
+    assert refusal(WIDTH, 8, off) is None and "attention DP" in refusal(WIDTH, 4, off)
+    monkeypatch.setattr(verify_width.dp_attention, "enabled", lambda: False)
     monkeypatch.setenv(WIDTHS_ENV, "8,1")
-    assert "forces its widths" in refusal(ADAPTIVE, 0, VerifyWidth(8))
+    assert "forces its widths" in refusal(WIDTH, 8, VerifyWidth(8))
 
 
-def test_whole_blocks_neither_choose_nor_time_nor_learn_and_the_adaptive_width_resumes():
+def test_a_fixed_width_neither_chooses_nor_times_nor_learns_and_0_resumes_the_policy():
     widths = adaptive_widths()
     widths.choose(batch(4))
     assert widths.step_started is not None  # chosen and timed
     widths.step_done()
-    widths.switch(ADAPTIVE, 0)
+    widths.switch(WIDTH, 8)  # whole blocks
     steps, known = widths.steps, set(widths.acceptance.entries)
     assert [widths.choose(batch(4, "new")) for _ in range(5)] == [8] * 5
     assert widths.step_started is None and widths.lengths is None
     assert widths.steps == steps and set(widths.acceptance.entries) == known  # nothing learnt
-    assert dict(widths.ledger.widths) == {8: 5}
-    widths.switch(ADAPTIVE, 1)
+    widths.switch(WIDTH, 3)
+    assert [widths.choose(batch(4, "new")) for _ in range(2)] == [3] * 2
+    assert dict(widths.ledger.widths) == {3: 2}
+    widths.switch(WIDTH, 0)
     assert widths.ledger.widths == {}  # logged and cleared at the switch
     widths.choose(batch(4))
     assert widths.steps == steps + 1 and widths.step_started is not None  # chosen and timed again
@@ -66,7 +70,7 @@ def test_the_lengths_switch_turns_per_request_lengths_off_and_on():
     widths = adaptive_widths()
     assert widths.per_request
     widths.switch(LENGTHS, 0)
-    assert not widths.per_request and not widths.ledger.whole_blocks
+    assert not widths.per_request and widths.ledger.fixed_width is None
     widths.switch(LENGTHS, 1)
     assert widths.per_request
 
@@ -75,11 +79,11 @@ def test_sglang_gets_both_handlers_where_our_worker_serves():
     widths = adaptive_widths()
     controller = SimpleNamespace(scheduler=SimpleNamespace(draft_worker=SimpleNamespace(widths=widths)))
     handlers = add_handlers(lambda c: {"theirs": None}, controller)
-    assert set(handlers) == {"theirs", ADAPTIVE, LENGTHS}
+    assert set(handlers) == {"theirs", WIDTH, LENGTHS}
     with pytest.raises(UpdateRejected, match="expected 0"):
         handlers[LENGTHS].validate(LENGTHS, 3)
-    handlers[ADAPTIVE].validate(ADAPTIVE, 0)
-    assert handlers[ADAPTIVE].apply(ADAPTIVE, 0) is None  # a worker command, not a server arg
-    assert widths.ledger.whole_blocks
+    handlers[WIDTH].validate(WIDTH, 8)
+    assert handlers[WIDTH].apply(WIDTH, 8) is None  # a worker command, not a server arg
+    assert widths.ledger.fixed_width == 8
     other = SimpleNamespace(scheduler=SimpleNamespace(draft_worker=None))  # no-spec, or SGLang's worker
     assert set(add_handlers(lambda c: {"theirs": None}, other)) == {"theirs"}

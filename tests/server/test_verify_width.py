@@ -33,7 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from dflash_sglang.width.request_lengths import FORCED_LENGTHS_ENV, PARTIAL_DRAFTER_ENV
-from dflash_sglang.width.runtime_policy import ADAPTIVE, LENGTHS
+from dflash_sglang.width.runtime_policy import LENGTHS, WIDTH
 from dflash_sglang.width.verify_width import ADAPTIVE_ENV, REPORT_EVERY, WIDTHS_ENV
 from dflash_sglang_tools.testing.server import SGLangServer
 
@@ -124,7 +124,7 @@ def test_the_policy_switched_at_runtime_stays_exact_and_runs_what_it_says(pair, 
     the default again, each burst equal to the reference; each switch logs the steps before it
     (whole blocks: only width 8; one width a batch: no ragged step); a bad value is refused."""
     want = [reference(pair, ids, MAX_NEW, BLOCK).tokens for ids in prompt_ids]
-    switches = [{ADAPTIVE: 0}, {ADAPTIVE: 1, LENGTHS: 0}, {LENGTHS: 1}]
+    switches = [{WIDTH: BLOCK}, {WIDTH: 0, LENGTHS: 0}, {LENGTHS: 1}]
     try:
         for switch in switches:
             assert adaptive.post("/set_internal_state", {"server_args": switch}) == [True]
@@ -133,11 +133,11 @@ def test_the_policy_switched_at_runtime_stays_exact_and_runs_what_it_says(pair, 
             assert [out["output_ids"] for out in outs] == want, switch
         assert adaptive.post("/set_internal_state", {"server_args": {LENGTHS: 2}}) == [False]
     finally:
-        adaptive.post("/set_internal_state", {"server_args": {ADAPTIVE: 1, LENGTHS: 1}})
+        adaptive.post("/set_internal_state", {"server_args": {WIDTH: 0, LENGTHS: 1}})
     assert adaptive.generate(prompt_ids[0], MAX_NEW)["output_ids"] == want[0]
     log = adaptive.log_path.read_text()
     assert f"{LENGTHS}=2: expected 0 (off) or 1 (on)" in log
-    whole_blocks = switched_from(log, f"{ADAPTIVE}=1")  # the steps that ran under whole blocks
+    whole_blocks = switched_from(log, f"{WIDTH}=0")  # the steps that ran under whole blocks
     assert whole_blocks["steps"] > 0 and set(whole_blocks["widths"]) == {BLOCK}, whole_blocks
     one_width = switched_from(log, f"{LENGTHS}=1")  # ... and under one width a batch
     assert one_width["steps"] > 0 and one_width["ragged"] == 0, one_width

@@ -1,12 +1,14 @@
 """The verify policy switched on a running server, through SGLang's `/set_internal_state`:
 
     curl -X POST http://127.0.0.1:30000/set_internal_state -H 'Content-Type: application/json' \\
-        -d '{"server_args": {"dflash_adaptive_width": 0}}'
+        -d '{"server_args": {"dflash_verify_width": 8}}'
 
 Two switches, as the environment's (SGLang takes numbers only there):
-- `dflash_adaptive_width`: 0, every step verifies the whole block (a tree: all its nodes), as a
-  server started with `DFLASH_SGLANG_ADAPTIVE_WIDTH=0`: the adaptive width neither chooses, nor
-  times, nor learns; 1, the adaptive width again (on servers started with it);
+- `dflash_verify_width`: N (1 to the block, or a tree's N nodes), every step verifies N, as a
+  server started with `DFLASH_SGLANG_VERIFY_WIDTHS=N`: the block is whole blocks, as
+  `DFLASH_SGLANG_ADAPTIVE_WIDTH=0`, a tree's budgets nest (tree/budgets.py), so N nodes of a wider
+  tree are the fixed tree of N; the adaptive width neither chooses, nor times, nor learns.
+  0: what the server started with again;
 - `dflash_request_lengths`: 0, one width a batch, as `DFLASH_SGLANG_REQUEST_LENGTHS=0`; 1, each
   request its own length again (on servers started with them).
 
@@ -23,9 +25,11 @@ from __future__ import annotations
 import logging
 from collections import Counter
 
+from ..runtime import dp_attention
+
 logger = logging.getLogger(__name__)
 
-ADAPTIVE, LENGTHS = "dflash_adaptive_width", "dflash_request_lengths"
+WIDTH, LENGTHS = "dflash_verify_width", "dflash_request_lengths"
 TARGET = (
     "sglang.srt.managers.scheduler_components.internal_state."
     "SchedulerInternalStateController._update_handlers"
@@ -35,12 +39,17 @@ TARGET = (
 def refusal(key: str, value, widths) -> str | None:
     """Why this server's `widths` (width/verify_width.VerifyWidth) cannot take `key` = `value`,
     or None where it can."""
-    if value not in (0, 1):
-        return f"{key}={value!r}: expected 0 (off) or 1 (on)"
     if widths.pattern or widths.forced_lengths:
         return f"{key}: this server forces its widths (a testing cycle)"
-    started = widths.adaptive if key == ADAPTIVE else widths.configured_per_request
-    if value and not started:
+    if key == WIDTH:
+        if value not in range(widths.widest + 1):
+            return f"{key}={value!r}: expected 0 (the server's own policy) or a width in 1..{widths.widest}"
+        if value not in (0, widths.widest) and dp_attention.enabled():
+            return f"{key}={value}: under attention DP every step verifies the whole block"
+        return None
+    if value not in (0, 1):
+        return f"{key}={value!r}: expected 0 (off) or 1 (on)"
+    if value and not widths.configured_per_request:
         return f"{key}=1: this server did not start with it (its startup line says why)"
     return None
 
@@ -49,7 +58,7 @@ class PolicyLedger:
     """The switches in force, and the steps that ran under them (logged at the next switch)."""
 
     def __init__(self):
-        self.whole_blocks = False
+        self.fixed_width: int | None = None  # dflash_verify_width, where set
         self.widths, self.ragged = Counter(), 0
 
     def count(self, width: int, ragged: bool) -> None:
@@ -79,6 +88,6 @@ def add_handlers(original, controller):
         if reason is not None:
             raise UpdateRejected(reason)
 
-    for key in (ADAPTIVE, LENGTHS):
+    for key in (WIDTH, LENGTHS):
         handlers[key] = _UpdateHandler(validate, widths.switch)
     return handlers

@@ -23,8 +23,8 @@ verify runs without graphs (CPU, `--disable-cuda-graph`) and no attention DP.
 (GPU graphs included: narrower steps then verify eager). `DFLASH_SGLANG_VERIFY_WIDTHS="8,1,4"`
 forces a cycle of widths step by step (a testing and benchmarking switch: the
 lossless-across-switching tests use it).
-On a running server, `/set_internal_state` switches between the configured policy, whole blocks
-and one width a batch (width/runtime_policy.py).
+On a running server, `/set_internal_state` fixes the width or lets the policy choose again, and
+turns per-request lengths off and on (width/runtime_policy.py).
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ from .request_lengths import (
     switch_value,
     tree_request_lengths,
 )
-from .runtime_policy import ADAPTIVE, PolicyLedger
+from .runtime_policy import WIDTH, PolicyLedger
 from .signal import WidthSignal
 
 logger = logging.getLogger(__name__)
@@ -194,16 +194,16 @@ class VerifyWidth:
     def switch(self, key: str, value) -> None:
         """A runtime switch (width/runtime_policy.py; `refusal` checked it), from the next step."""
         self.ledger.switched(key, int(value))
-        if key == ADAPTIVE:
-            self.ledger.whole_blocks = not value
+        if key == WIDTH:
+            self.ledger.fixed_width = int(value) or None
         else:
             self.per_request = bool(value)
 
     def choose(self, batch) -> int:
         self.lengths = None
-        if self.ledger.whole_blocks:  # as a server started with the adaptive width off
-            self.ledger.count(self.widest, ragged=False)
-            return self.widest
+        if self.ledger.fixed_width:  # as a server started with DFLASH_SGLANG_VERIFY_WIDTHS=N
+            self.ledger.count(self.ledger.fixed_width, ragged=False)
+            return self.ledger.fixed_width
         if self.forced_lengths:
             self.lengths = forced_lengths(self.forced_lengths, self.steps, len(batch.reqs), self.widest)
             width = self.lengths.width

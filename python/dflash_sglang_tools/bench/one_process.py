@@ -10,7 +10,9 @@ between launches. A comparison of fresh servers pairs one process of each, so a 
 process:
 - `default`: the server as launched: the adaptive width, each request its own length;
 - `one width a batch`: `dflash_request_lengths` 0;
-- `whole blocks`: `dflash_adaptive_width` 0, every step the whole block.
+- `fixed N` for each N of `--fixed` (default: the block): `dflash_verify_width` N, every step
+  verifies N; the block is whole blocks. A tree server (`--topk K`, `--block` its N nodes) verifies
+  its first N nodes, the fixed tree of N (best-first trees nest).
 Each round sends one burst (every prompt, `--concurrency` in flight, radix cache flushed first)
 under each policy, in an order rotated round by round (each policy first, second and last equally
 often); one warm-up burst under the default comes first (its estimates learn as they would in
@@ -37,11 +39,18 @@ from .prompts import load_prompts, take
 from .server_info import describe, flush_cache, set_internal_state
 from .tiny_prompts import EMBEDDED_PAIR
 
-POLICIES = {  # label: the runtime switches that make it
-    "default": {"dflash_adaptive_width": 1, "dflash_request_lengths": 1},
-    "one width a batch": {"dflash_adaptive_width": 1, "dflash_request_lengths": 0},
-    "whole blocks": {"dflash_adaptive_width": 0, "dflash_request_lengths": 1},
-}
+
+def policies(fixed_widths: list[int]) -> dict[str, dict]:
+    """label: the runtime switches that make it (dflash_sglang/width/runtime_policy.py)."""
+    out = {
+        "default": {"dflash_verify_width": 0, "dflash_request_lengths": 1},
+        "one width a batch": {"dflash_verify_width": 0, "dflash_request_lengths": 0},
+    }
+    for width in fixed_widths:
+        out[f"fixed {width}"] = {"dflash_verify_width": width, "dflash_request_lengths": 1}
+    return out
+
+
 LOADS = {  # name: temperatures cycled over the requests (bench/mixed_load.py's loads)
     "chat": (0.0,),
     "mixed": (0.0, 1.0),
@@ -86,20 +95,22 @@ def one_server(args, prompts, sampling: Sampling) -> dict[int, dict[str, list[fl
     spec = [
         "--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", draft,
         "--speculative-num-draft-tokens", str(args.block),
+        *(["--speculative-eagle-topk", str(args.topk)] if args.topk > 1 else []),
     ]  # fmt: skip
     env = {"SGLANG_ENABLE_SPEC_V2": "1", "DFLASH_SGLANG_ADAPTIVE_WIDTH": ""}
     env["DFLASH_SGLANG_REQUEST_LENGTHS"] = ""
     out = {}
     with SGLangServer((args.pair / "target").resolve(), spec, env=env, base_args=CPU_ARGS) as server:
-        url, labels = server.base_url, list(POLICIES)
+        url, switches = server.base_url, policies(args.fixed or [args.block])
+        labels = list(switches)
         model = describe(url, "one process").model
         for concurrency in args.concurrency:
-            set_internal_state(url, POLICIES["default"])
+            set_internal_state(url, switches["default"])
             burst(url, model, prompts, sampling, concurrency, f"c={concurrency} warm-up")
             rates = {label: [] for label in labels}
             for k in range(args.rounds):
                 for label in round_order(labels, k):
-                    set_internal_state(url, POLICIES[label])
+                    set_internal_state(url, switches[label])
                     rates[label].append(
                         burst(url, model, prompts, sampling, concurrency, f"c={concurrency} {k + 1} {label}")
                     )
@@ -108,6 +119,7 @@ def one_server(args, prompts, sampling: Sampling) -> dict[int, dict[str, list[fl
 
 
 def report(runs: list[dict[int, dict[str, list[float]]]], concurrency: list[int]) -> str:
+    labels = list(runs[0][concurrency[0]])
     lines = [
         "| concurrency | default, tokens/s | default over | median | geometric mean | range "
         "| rounds above 1 | sign test p |",
@@ -115,7 +127,7 @@ def report(runs: list[dict[int, dict[str, list[float]]]], concurrency: list[int]
     ]
     for c in concurrency:
         default = [rate for run in runs for rate in run[c]["default"]]
-        for other in [label for label in POLICIES if label != "default"]:
+        for other in [label for label in labels if label != "default"]:
             theirs = [rate for run in runs for rate in run[c][other]]
             s = summary([d / o for d, o in zip(default, theirs, strict=True)])
             lines.append(
@@ -131,7 +143,9 @@ def main(argv=None) -> int:
         prog="python -m dflash_sglang_tools.bench.one_process", description=__doc__.split("\n\n")[0]
     )
     p.add_argument("--pair", type=Path, default=EMBEDDED_PAIR)
-    p.add_argument("--block", type=int, default=8)
+    p.add_argument("--block", type=int, default=8, help="the block, or a tree's N nodes")
+    p.add_argument("--topk", type=int, default=0, help="a tree server's K (0: a chain)")
+    p.add_argument("--fixed", type=concurrency_list, default=None, help="fixed widths (default: the block)")
     p.add_argument("--load", choices=sorted(LOADS), default="chat")
     p.add_argument("--concurrency", type=concurrency_list, default=[16])
     p.add_argument("--rounds", type=int, default=8)
