@@ -7,8 +7,8 @@ Two switches, as the environment's (SGLang takes numbers only there):
 - `dflash_verify_width`: N (1 to the block, or a tree's N nodes), every step verifies N, as a
   server started with `DFLASH_SGLANG_VERIFY_WIDTHS=N`: the block is whole blocks, as
   `DFLASH_SGLANG_ADAPTIVE_WIDTH=0`, a tree's budgets nest (tree/budgets.py), so N nodes of a wider
-  tree are the fixed tree of N; the adaptive width neither chooses, nor times, nor learns.
-  0: what the server started with again;
+  tree are the fixed tree of N; the adaptive width neither chooses nor times (what the steps
+  accept, it learns as before). 0: what the server started with again;
 - `dflash_request_lengths`: 0, one width a batch, as `DFLASH_SGLANG_REQUEST_LENGTHS=0`; 1, each
   request its own length again (on servers started with them).
 

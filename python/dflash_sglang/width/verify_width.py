@@ -202,8 +202,13 @@ class VerifyWidth:
     def choose(self, batch) -> int:
         self.lengths = None
         if self.ledger.fixed_width:  # as a server started with DFLASH_SGLANG_VERIFY_WIDTHS=N
-            self.ledger.count(self.ledger.fixed_width, ragged=False)
-            return self.ledger.fixed_width
+            width = self.ledger.fixed_width
+            if self.acceptance is not None and width < self.widest:
+                # paired with its width: a step the policy has no width for counts as the widest's
+                self.acceptance.profiles(batch.reqs)
+                self.acceptance.verified(batch.reqs, width)
+            self.ledger.count(width, ragged=False)
+            return width
         if self.forced_lengths:
             self.lengths = forced_lengths(self.forced_lengths, self.steps, len(batch.reqs), self.widest)
             width = self.lengths.width
