@@ -72,13 +72,15 @@ bench-mixed:
 	$(PY) -m dflash_sglang_tools.bench.mixed_load --repeats $(REPEATS)
 
 # Verify policies compared inside one server process, switched between bursts through
-# /set_internal_state, so a process's own speed cancels out (docs/adaptive.md). LOAD=chat or mixed.
+# /set_internal_state, so a process's own speed cancels out (docs/adaptive.md). LOAD=chat or mixed;
+# trees: ONE_PROCESS_ARGS="--topk 8 --block 64 --fixed 16,32,64".
 LOAD ?= chat
-ROUNDS ?= 8
+ROUNDS ?= 6
 CONCURRENCY ?= 1,4,8,16,32
+ONE_PROCESS_ARGS ?=
 bench-one-process:
 	$(PY) -m dflash_sglang_tools.bench.one_process --load $(LOAD) --rounds $(ROUNDS) \
-		--concurrency $(CONCURRENCY) --servers 2 --out docs/bench/one-process-$(LOAD).json
+		--concurrency $(CONCURRENCY) --servers 2 --out docs/bench/one-process-$(LOAD).json $(ONE_PROCESS_ARGS)
 
 # Engine-free: tokens a step with point against sampled drafts at T 0.6 and 1.0 (docs/sampled-drafts.md).
 bench-sampled-drafts:

@@ -104,15 +104,25 @@ def test_repeats_merge_to_their_median_and_pair_with_the_baseline():
     assert paired_speedups(ours, summarize([request()], 1, 1.0, block_size=None)) == []  # not repeated
 
 
-def test_one_process_rounds_rotate_the_order_and_pair_the_ratios():
-    """bench/one_process.py: each policy takes each place in the order equally often; the summary's
-    sign test is two-sided and ties count for neither side."""
-    from dflash_sglang_tools.bench.one_process import round_order, summary
+def test_one_process_rounds_balance_places_and_carry_over_and_pair_the_ratios():
+    """bench/one_process.py: over the design's rounds each policy takes each place equally often
+    and follows each other equally often; the summary's sign test is two-sided, ties for neither."""
+    from itertools import pairwise
 
-    labels = ["a", "b", "c"]
-    orders = [round_order(labels, k) for k in range(6)]
-    assert orders[:3] == [["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"]] and orders[3:] == orders[:3]
-    assert all(sorted(o[i] for o in orders) == sorted(labels * 2) for i in range(3))
+    from dflash_sglang_tools.bench.one_process import round_order, round_orders, summary
+
+    for count in (2, 3, 4, 5):
+        orders = round_orders(count)
+        assert len(orders) == (2 * count if count % 2 else count)
+        assert all(sorted(order) == list(range(count)) for order in orders)
+        for place in range(count):
+            assert sorted(order[place] for order in orders) == sorted(
+                list(range(count)) * (len(orders) // count)
+            )
+        follows = [pair for order in orders for pair in pairwise(order)]
+        assert len(set(follows)) == count * (count - 1)
+        assert len({follows.count(pair) for pair in set(follows)}) == 1  # each pair equally often
+    assert round_order(["a", "b", "c"], 6) == round_order(["a", "b", "c"], 0)
     s = summary([1.2, 0.8, 1.1, 1.0, 1.25])
     assert (s["above"], s["rounds"], s["low"], s["high"]) == (3, 5, 0.8, 1.25)
     assert s["median"] == 1.1 and s["sign_p"] == pytest.approx(2 * 5 / 16)

@@ -14,11 +14,12 @@ process:
   verifies N; the block is whole blocks. A tree server (`--topk K`, `--block` its N nodes) verifies
   its first N nodes, the fixed tree of N (best-first trees nest).
 Each round sends one burst (every prompt, `--concurrency` in flight, radix cache flushed first)
-under each policy, in an order rotated round by round (each policy first, second and last equally
-often); one warm-up burst under the default comes first (its estimates learn as they would in
-steady state; the first burst is bench/first_burst.py's). `--servers` repeats it all on fresh
-processes. Reports the default's tokens/s over each other policy's in the same round: the median,
-the geometric mean, the range and the rounds above 1 with a two-sided sign test.
+under each policy, in the orders of a Williams design (`round_orders`: over its 6 rounds for three
+policies, or 10 for five, each policy takes each place and follows each other equally often); one
+warm-up burst under the default comes first (its estimates learn as they would in steady state;
+the first burst is bench/first_burst.py's). `--servers` repeats it all on fresh processes.
+Reports the default's tokens/s over each other policy's in the same round: the median, the
+geometric mean, the range and the rounds above 1 with a two-sided sign test.
 """
 
 from __future__ import annotations
@@ -57,10 +58,24 @@ LOADS = {  # name: temperatures cycled over the requests (bench/mixed_load.py's 
 }
 
 
+def round_orders(count: int) -> list[list[int]]:
+    """A Williams design over `count` policies: in every order each policy takes each place once,
+    and each follows every other equally often (a burst may run slower after some policy than
+    after another: the rotation first used here put the default after whole blocks every time)."""
+    base, low, high = [0], 1, count - 1
+    for i in range(1, count):
+        if i % 2:
+            base, low = base + [low], low + 1
+        else:
+            base, high = base + [high], high - 1
+    orders = [[(b + shift) % count for b in base] for shift in range(count)]
+    return orders + [order[::-1] for order in orders] if count % 2 else orders
+
+
 def round_order(labels: list[str], round_index: int) -> list[str]:
-    """The policies' order in a round: rotated by one each round."""
-    shift = round_index % len(labels)
-    return labels[shift:] + labels[:shift]
+    """The policies' order in a round, from the design; its length many rounds balance it."""
+    orders = round_orders(len(labels))
+    return [labels[i] for i in orders[round_index % len(orders)]]
 
 
 def summary(ratios: list[float]) -> dict:
