@@ -70,6 +70,30 @@ def test_a_new_request_starts_from_the_pooled_acceptance():
     assert new.acceptance()[0] > 0.5
 
 
+def test_greedy_and_sampled_requests_start_from_their_own_kind():
+    """Drafts fit every greedy request and no sampled one: a new greedy request expects the block,
+    a new sampled one about nothing, where the pool of all would give both the middle; a kind that
+    has seen no step yet starts from the pool of all."""
+
+    def kind_of(rid, top_k):
+        return SimpleNamespace(**vars(request(rid)), sampling_params=SimpleNamespace(top_k=top_k))
+
+    stats = RequestAcceptance(B - 1)
+    assert stats.profiles([kind_of("first", 20)])[0].expected_tokens(B) == pytest.approx(1.875)  # no pool
+    for n in range(20):
+        for old, accepted in ((kind_of(f"greedy-{n}", 1), B - 1), (kind_of(f"sampled-{n}", 20), 0)):
+            stats.profiles([old])
+            stats.verified([old], B)
+            scheduler_records(old, accepted)
+            stats.profiles([old])
+    greedy_new, sampled_new = stats.profiles([kind_of("g", 1), kind_of("s", 50)])
+    assert greedy_new.expected_tokens(B) > 3.5 and sampled_new.expected_tokens(B) < 1.1
+    middle = stats.pooled.expected_tokens(B)
+    assert sampled_new.expected_tokens(B) < middle < greedy_new.expected_tokens(B)
+    stats.kinds[False] = type(stats.pooled)(B - 1)  # a kind not seen yet: the pool of all
+    assert stats.profiles([kind_of("s2", 50)])[0].expected_tokens(B) == pytest.approx(middle)
+
+
 def test_step_times_make_non_decreasing_curves_and_keep_plain_steps_apart():
     times = StepTimes("cpu")
     assert times.unmeasured_width(4, range(1, B + 1)) == 1  # plain decoding first, then the block, then half

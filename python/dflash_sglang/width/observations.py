@@ -7,7 +7,12 @@
   histogram lags one step: the pairing is by order, so the lag costs nothing but freshness.
   Every step also feeds a pooled profile of all requests, and a new request starts from it (a
   request's first steps are sized by what drafts achieve on this server, not by a flat prior);
-  the pool forgets (policy.POOL_HALF_LIFE), so it tells what drafts achieve now.
+  the pool forgets (policy.POOL_HALF_LIFE), so it tells what drafts achieve now. Greedy and
+  sampled requests keep pools of their own as well, and a new request starts from its kind's once
+  that has seen a few steps: drafts fit a greedy request far better than one sampled at T 1.0
+  (about 4 tokens a step against 1.4 on the tiny pair), and while a mixed batch decodes plain for
+  most steps a request learns its own acceptance only from exploring steps, so its start decides
+  whether per-request lengths give it drafts at all.
 - Step cost: the seconds of each decode step by its batch size and width, and by its verify tokens
   (batch size x width) for batch sizes without points of their own; the median of the last few
   steps per key (one slow step, a CPU's scheduling hiccup, must not price a width out until it
@@ -30,12 +35,23 @@ import torch
 from .partial_steps import PartialSteps
 from .policy import AcceptanceProfile, StepCost, interpolate
 
+# A kind's own pool starts new requests once it has tested this many drafts at position 1 (counts
+# decay with the pool's forgetting); before that, the pool of all requests does.
+KIND_POOL_EVIDENCE = 4.0
+
+
+def greedy(req) -> bool:
+    """A greedy request (SGLang turns temperature 0 into top_k 1); one without sampling params too."""
+    params = getattr(req, "sampling_params", None)
+    return params is None or getattr(params, "top_k", 1) == 1
+
 
 class RequestAcceptance:
     def __init__(self, positions: int, keep: int = 4096, pool_forget: float = 1.0):
         self.positions, self.keep = positions, keep
         self.entries: dict[str, tuple[AcceptanceProfile, list[int], deque]] = {}
         self.pooled = AcceptanceProfile(positions, forget=pool_forget)  # recent steps weigh most
+        self.kinds = {kind: AcceptanceProfile(positions, forget=pool_forget) for kind in (True, False)}
 
     def _entry(self, req):
         entry = self.entries.get(req.rid)
@@ -43,7 +59,9 @@ class RequestAcceptance:
             if len(self.entries) >= self.keep:  # forget the oldest requests, long finished
                 for rid in list(self.entries)[: self.keep // 2]:
                     del self.entries[rid]
-            profile = AcceptanceProfile(self.positions, prior_rates=self.pooled.acceptance())
+            kind = self.kinds[greedy(req)]
+            pool = kind if kind.reached[0] >= KIND_POOL_EVIDENCE else self.pooled
+            profile = AcceptanceProfile(self.positions, prior_rates=pool.acceptance())
             entry = self.entries[req.rid] = (profile, [], deque(maxlen=8))
         return entry
 
@@ -52,6 +70,7 @@ class RequestAcceptance:
         out = []
         for req in reqs:
             profile, seen, pending = self._entry(req)
+            kind = self.kinds[greedy(req)]
             histogram = req.spec_correct_drafts_histogram
             seen.extend([0] * (len(histogram) - len(seen)))
             for accepted, count in enumerate(histogram):
@@ -59,6 +78,7 @@ class RequestAcceptance:
                     width = pending.popleft() if pending else self.positions + 1
                     profile.record(width, accepted)
                     self.pooled.record(width, accepted)
+                    kind.record(width, accepted)
                 seen[accepted] = count
             out.append(profile)
         return out
