@@ -36,10 +36,10 @@ def test_a_server_takes_any_width_and_the_lengths_it_started_with(monkeypatch):
     assert "a width in 1..8" in refusal(WIDTH, 9, on) and "a width in 1..8" in refusal(WIDTH, 2.5, on)
     assert refusal(LENGTHS, 0, on) is None and refusal(LENGTHS, 1.0, on) is None
     assert "expected 0 (off) or 1 (on)" in refusal(LENGTHS, 2, on)
-    assert "did not start with it" in refusal(LENGTHS, 1, adaptive_widths(per_request=False))
+    assert "cannot verify per-request lengths" in refusal(LENGTHS, 1, adaptive_widths(per_request=False))
     monkeypatch.setenv(ADAPTIVE_ENV, "0")
     off = adaptive_widths()
-    assert refusal(WIDTH, 4, off) is None and "did not start with it" in refusal(LENGTHS, 1, off)
+    assert refusal(WIDTH, 4, off) is None and "cannot verify per-request lengths" in refusal(LENGTHS, 1, off)
     monkeypatch.setattr(verify_width.dp_attention, "enabled", lambda: True)
     assert refusal(WIDTH, 8, off) is None and "attention DP" in refusal(WIDTH, 4, off)
     monkeypatch.setattr(verify_width.dp_attention, "enabled", lambda: False)

@@ -17,7 +17,13 @@ from dflash_sglang.tree.budgets import TreeAcceptance, TreeAcceptanceProfile, ac
 from dflash_sglang.tree.verify import accept
 from dflash_sglang.width import verify_width
 from dflash_sglang.width.policy import StepCost, best_width
-from dflash_sglang.width.request_lengths import ragged_seconds, tree_request_lengths
+from dflash_sglang.width.request_lengths import (
+    LENGTHS_ENV,
+    TREES_ONE_BUDGET,
+    ragged_seconds,
+    tree_request_lengths,
+)
+from dflash_sglang.width.runtime_policy import LENGTHS, refusal
 from dflash_sglang.width.verify_width import VerifyWidth
 
 BS, DEPTH, VOCAB, K, WIDEST = 4, 6, 10, 3, 24
@@ -213,9 +219,17 @@ def test_per_request_tree_lengths_are_the_best_of_all_lengths(scales):
     assert chosen.tokens == pytest.approx(sum(expected))  # what the step reports it expects
 
 
-def test_a_tree_server_verifies_per_request_lengths_by_default_on_cpu(monkeypatch, no_dp_attention):
+def test_a_tree_server_verifies_one_budget_a_batch_unless_asked_and_on_cpu_can(monkeypatch, no_dp_attention):
+    """One budget a batch by default (measured ahead of per-request budgets, TREES_ONE_BUDGET);
+    `DFLASH_SGLANG_REQUEST_LENGTHS=1` or the runtime switch gives each request its own on CPU."""
     monkeypatch.setenv(verify_width.ADAPTIVE_ENV, "1")
+    monkeypatch.delenv(LENGTHS_ENV, raising=False)
+    widths = VerifyWidth(8, tree_nodes=16, ragged_off_because=None)
+    assert not widths.per_request and f"one width a batch ({TREES_ONE_BUDGET})" in widths.describe
+    assert refusal(LENGTHS, 1, widths) is None
+    monkeypatch.setenv(LENGTHS_ENV, "1")
     widths = VerifyWidth(8, tree_nodes=16, ragged_off_because=None)
     assert widths.per_request and "per request" in widths.describe
+    monkeypatch.delenv(LENGTHS_ENV)
     gpu = VerifyWidth(8, tree_nodes=16, ragged_off_because="a GPU backend's tree mask (FULL_MASK) takes one")
     assert not gpu.per_request and "one width a batch (a GPU backend's tree mask" in gpu.describe

@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from dflash_sglang.width.request_lengths import FORCED_LENGTHS_ENV
+from dflash_sglang.width.request_lengths import FORCED_LENGTHS_ENV, LENGTHS_ENV
 from dflash_sglang.width.verify_width import ADAPTIVE_ENV, REPORT_EVERY
 from dflash_sglang_tools.testing.server import SGLangServer
 
@@ -82,7 +82,11 @@ def test_the_sampled_law_with_real_filters_across_per_request_tree_lengths(pair8
 
 @pytest.fixture(scope="module")
 def adaptive(pair8):
-    env = {**PLAIN, ADAPTIVE_ENV: "1"}
+    env = {
+        **PLAIN,
+        ADAPTIVE_ENV: "1",
+        LENGTHS_ENV: "1",
+    }  # per-request budgets (trees: one a batch unless asked)
     with SGLangServer(pair8.target, tree_args(pair8, TOPK, NODES), env=env) as server:
         yield server
 

@@ -210,12 +210,21 @@ def env_cycle(name: str, widest: int, what: str) -> tuple[int, ...]:
     return cycle
 
 
-def per_request_requested(off_because: str | None) -> bool:
+# Trees take one budget a batch unless asked: inside one server process (bench/one_process.py) the
+# adaptive 64-node tree with per-request budgets ran at 0.88 / 0.91 of one budget a batch at
+# concurrency 8 / 16 (0 and 2 of 10 rounds above) and level at 4 (docs/adaptive.md, 2026-11-28).
+TREES_ONE_BUDGET = (
+    f"trees: one budget a batch measured ahead of per-request budgets; {LENGTHS_ENV}=1 for them"
+)
+
+
+def per_request_requested(off_because: str | None, by_default: bool = True) -> bool:
     """The per-request lengths switch (with the adaptive width): `1` on, `0` off, unset on where
-    the path can verify them (`off_because` None), else off; `1` where it cannot fails, naming why."""
+    the path can verify them (`off_because` None) and `by_default`, else off; `1` where the path
+    cannot fails, naming why."""
     on = switch_value(LENGTHS_ENV)
     if on is None:
-        return off_because is None
+        return by_default and off_because is None
     if on and off_because is not None:
         raise DFlashConfigError(f"{LENGTHS_ENV}=1: {off_because}")
     return on

@@ -10,7 +10,7 @@ Two switches, as the environment's (SGLang takes numbers only there):
   tree are the fixed tree of N; the adaptive width neither chooses nor times (what the steps
   accept, it learns as before). 0: what the server started with again;
 - `dflash_request_lengths`: 0, one width a batch, as `DFLASH_SGLANG_REQUEST_LENGTHS=0`; 1, each
-  request its own length again (on servers started with them).
+  request its own length (where the adaptive width runs and the path can verify them).
 
 Like SGLang's `dspark_force_budget_frac` for its DSPARK worker: an operator's fallback without a
 restart, and what lets a benchmark compare policies inside one server process
@@ -49,8 +49,8 @@ def refusal(key: str, value, widths) -> str | None:
         return None
     if value not in (0, 1):
         return f"{key}={value!r}: expected 0 (off) or 1 (on)"
-    if value and not widths.configured_per_request:
-        return f"{key}=1: this server did not start with it (its startup line says why)"
+    if value and (not widths.adaptive or widths.ragged_off_because is not None):
+        return f"{key}=1: this server cannot verify per-request lengths (its startup line says why)"
     return None
 
 

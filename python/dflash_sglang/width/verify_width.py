@@ -43,6 +43,7 @@ from .observations import RequestAcceptance, StepTimes
 from .policy import plain_could_win, pool_forget, ranked_widths, worth_a_look
 from .request_lengths import (
     LENGTHS_ENV,
+    TREES_ONE_BUDGET,
     RequestLengths,
     drafted_rows,
     env_cycle,
@@ -159,14 +160,13 @@ class VerifyWidth:
         # Per-request lengths (width/request_lengths.py): the adaptive choice's exploiting steps,
         # or a forced testing cycle; `lengths` is the current step's, None where it is uniform.
         self.forced_lengths = forced_request_lengths(self.widest, ragged_off_because)
-        self.per_request = self.adaptive and per_request_requested(ragged_off_because)
+        self.per_request = self.adaptive and per_request_requested(ragged_off_because, not tree_nodes)
         self.trees = bool(tree_nodes)
         self.ragged_off_because = ragged_off_because
         self.lengths: RequestLengths | None = None
         self.partial_drafter = partial_drafter
         self.last_view = None  # (batch size, the ranked estimates) of the latest adaptive choice
-        # The policy switched at runtime (width/runtime_policy.py), and what ran under it.
-        self.configured_per_request, self.ledger = self.per_request, PolicyLedger()
+        self.ledger = PolicyLedger()  # the policy switched at runtime (width/runtime_policy.py)
 
     @property
     def describe(self) -> str:
@@ -180,7 +180,8 @@ class VerifyWidth:
             if self.per_request:
                 partial = ", drafting only requests that verify drafts" if self.partial_drafter else ""
                 return f"{how}, per request ({LENGTHS_ENV}=0: one width a batch{partial})"
-            return f"{how}, one width a batch ({self.ragged_off_because})" if self.widest > 1 else how
+            why = self.ragged_off_because or TREES_ONE_BUDGET
+            return f"{how}, one width a batch ({why})" if self.widest > 1 else how
         if explicit or not self.default_off_because:
             return "the block size"
         why = self.default_off_because

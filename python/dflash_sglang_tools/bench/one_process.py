@@ -8,7 +8,7 @@ between launches. A comparison of fresh servers pairs one process of each, so a 
 15-20% was not settled by eight pairs. Here one server switches its policy between bursts through
 `/set_internal_state` (dflash_sglang/width/runtime_policy.py), so each comparison runs in one
 process:
-- `default`: the server as launched: the adaptive width, each request its own length;
+- `per request`: the adaptive width, each request its own length (a chain server's default);
 - `one width a batch`: `dflash_request_lengths` 0;
 - `fixed N` for each N of `--fixed` (default: the block): `dflash_verify_width` N, every step
   verifies N; the block is whole blocks. A tree server (`--topk K`, `--block` its N nodes) verifies
@@ -16,9 +16,9 @@ process:
 Each round sends one burst (every prompt, `--concurrency` in flight, radix cache flushed first)
 under each policy, in the orders of a Williams design (`round_orders`: over its 6 rounds for three
 policies, or 10 for five, each policy takes each place and follows each other equally often); one
-warm-up burst under the default comes first (its estimates learn as they would in steady state;
+warm-up burst under per request comes first (its estimates learn as they would in steady state;
 the first burst is bench/first_burst.py's). `--servers` repeats it all on fresh processes.
-Reports the default's tokens/s over each other policy's in the same round: the median, the
+Reports per request's tokens/s over each other policy's in the same round: the median, the
 geometric mean, the range and the rounds above 1 with a two-sided sign test.
 """
 
@@ -44,7 +44,7 @@ from .tiny_prompts import EMBEDDED_PAIR
 def policies(fixed_widths: list[int]) -> dict[str, dict]:
     """label: the runtime switches that make it (dflash_sglang/width/runtime_policy.py)."""
     out = {
-        "default": {"dflash_verify_width": 0, "dflash_request_lengths": 1},
+        "per request": {"dflash_verify_width": 0, "dflash_request_lengths": 1},
         "one width a batch": {"dflash_verify_width": 0, "dflash_request_lengths": 0},
     }
     for width in fixed_widths:
@@ -61,7 +61,7 @@ LOADS = {  # name: temperatures cycled over the requests (bench/mixed_load.py's 
 def round_orders(count: int) -> list[list[int]]:
     """A Williams design over `count` policies: in every order each policy takes each place once,
     and each follows every other equally often (a burst may run slower after some policy than
-    after another: the rotation first used here put the default after whole blocks every time)."""
+    after another: the rotation first used here put per request after whole blocks every time)."""
     base, low, high = [0], 1, count - 1
     for i in range(1, count):
         if i % 2:
@@ -79,7 +79,7 @@ def round_order(labels: list[str], round_index: int) -> list[str]:
 
 
 def summary(ratios: list[float]) -> dict:
-    """Paired ratios (the default over another policy, one per round) -> what the tables show."""
+    """Paired ratios (per request over another policy, one per round) -> what the tables show."""
     above = sum(r > 1 for r in ratios)
     below = sum(r < 1 for r in ratios)
     trials = above + below
@@ -120,7 +120,7 @@ def one_server(args, prompts, sampling: Sampling) -> dict[int, dict[str, list[fl
         labels = list(switches)
         model = describe(url, "one process").model
         for concurrency in args.concurrency:
-            set_internal_state(url, switches["default"])
+            set_internal_state(url, switches["per request"])
             burst(url, model, prompts, sampling, concurrency, f"c={concurrency} warm-up")
             rates = {label: [] for label in labels}
             for k in range(args.rounds):
@@ -136,17 +136,17 @@ def one_server(args, prompts, sampling: Sampling) -> dict[int, dict[str, list[fl
 def report(runs: list[dict[int, dict[str, list[float]]]], concurrency: list[int]) -> str:
     labels = list(runs[0][concurrency[0]])
     lines = [
-        "| concurrency | default, tokens/s | default over | median | geometric mean | range "
+        "| concurrency | per request, tokens/s | per request over | median | geometric mean | range "
         "| rounds above 1 | sign test p |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for c in concurrency:
-        default = [rate for run in runs for rate in run[c]["default"]]
-        for other in [label for label in labels if label != "default"]:
+        base = [rate for run in runs for rate in run[c][labels[0]]]
+        for other in labels[1:]:
             theirs = [rate for run in runs for rate in run[c][other]]
-            s = summary([d / o for d, o in zip(default, theirs, strict=True)])
+            s = summary([b / o for b, o in zip(base, theirs, strict=True)])
             lines.append(
-                f"| {c} | {statistics.median(default):.0f} | {other} | {s['median']:.3f} "
+                f"| {c} | {statistics.median(base):.0f} | {other} | {s['median']:.3f} "
                 f"| {s['geomean']:.3f} | {s['low']:.2f}-{s['high']:.2f} | {s['above']}/{s['rounds']} "
                 f"| {s['sign_p']:.3g} |"
             )
