@@ -81,7 +81,8 @@ def test_the_switches(monkeypatch):
     hybrid = VerifyWidth(8, ragged_off_because="a hybrid target's recurrent verify takes one width a batch")
     assert not hybrid.per_request and "one width a batch (a hybrid" in hybrid.describe
     monkeypatch.setenv(LENGTHS_ENV, "0")
-    assert not VerifyWidth(8, ragged_off_because=None).per_request
+    asked_off = VerifyWidth(8, ragged_off_because=None)
+    assert not asked_off.per_request and f"one width a batch ({LENGTHS_ENV}=0)" in asked_off.describe
     monkeypatch.setenv(LENGTHS_ENV, "1")
     with pytest.raises(DFlashConfigError, match=f"{LENGTHS_ENV}=1: block verification"):
         VerifyWidth(8, ragged_off_because="block verification judges whole blocks")

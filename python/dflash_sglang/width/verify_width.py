@@ -180,7 +180,10 @@ class VerifyWidth:
             if self.per_request:
                 partial = ", drafting only requests that verify drafts" if self.partial_drafter else ""
                 return f"{how}, per request ({LENGTHS_ENV}=0: one width a batch{partial})"
-            why = self.ragged_off_because or TREES_ONE_BUDGET
+            asked_off = switch_value(LENGTHS_ENV) is not None  # else a tree's default
+            why = self.ragged_off_because or (
+                f"{LENGTHS_ENV}=0" if asked_off or not self.trees else TREES_ONE_BUDGET
+            )
             return f"{how}, one width a batch ({why})" if self.widest > 1 else how
         if explicit or not self.default_off_because:
             return "the block size"
