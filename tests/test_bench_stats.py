@@ -128,3 +128,20 @@ def test_one_process_rounds_balance_places_and_carry_over_and_pair_the_ratios():
     assert s["median"] == 1.1 and s["sign_p"] == pytest.approx(2 * 5 / 16)
     assert s["geomean"] == pytest.approx((1.2 * 0.8 * 1.1 * 1.0 * 1.25) ** 0.2)
     assert summary([0.5] * 8)["sign_p"] == pytest.approx(2 / 256)
+
+
+def test_one_process_compares_the_servers_default_against_the_rest():
+    """bench/one_process.py: the server's default comes first (the ratios' numerator and the
+    warm-up's policy): per request on a chain, one budget a batch on a tree; `--without` may leave
+    out others, never the default, and never all but it."""
+    from dflash_sglang_tools.bench.one_process import policies
+
+    chain = policies([8])
+    assert list(chain) == ["per request", "one width a batch", "fixed 8"]
+    assert chain["fixed 8"] == {"dflash_verify_width": 8, "dflash_request_lengths": 1}
+    tree = policies([16, 32], trees=True, without=("per request",))
+    assert list(tree) == ["one width a batch", "fixed 16", "fixed 32"]
+    assert tree["one width a batch"] == {"dflash_verify_width": 0, "dflash_request_lengths": 0}
+    for without in (("one width a batch",), ("per request", "fixed 8"), ("fixed 9",)):
+        with pytest.raises(ValueError, match="--without"):
+            policies([8], trees=True, without=without)

@@ -9,16 +9,17 @@ between launches. A comparison of fresh servers pairs one process of each, so a 
 `/set_internal_state` (dflash_sglang/width/runtime_policy.py), so each comparison runs in one
 process:
 - `per request`: the adaptive width, each request its own length (a chain server's default);
-- `one width a batch`: `dflash_request_lengths` 0;
+- `one width a batch`: `dflash_request_lengths` 0 (a tree server's default);
 - `fixed N` for each N of `--fixed` (default: the block): `dflash_verify_width` N, every step
   verifies N; the block is whole blocks. A tree server (`--topk K`, `--block` its N nodes) verifies
   its first N nodes, the fixed tree of N (best-first trees nest).
 Each round sends one burst (every prompt, `--concurrency` in flight, radix cache flushed first)
 under each policy, in the orders of a Williams design (`round_orders`: over its 6 rounds for three
 policies, or 10 for five, each policy takes each place and follows each other equally often); one
-warm-up burst under per request comes first (its estimates learn as they would in steady state;
-the first burst is bench/first_burst.py's). `--servers` repeats it all on fresh processes.
-Reports per request's tokens/s over each other policy's in the same round: the median, the
+warm-up burst under the server's default comes first (its estimates learn as they would in steady
+state; the first burst is bench/first_burst.py's). `--servers` repeats it all on fresh processes.
+`--without` leaves policies out (e.g. `"per request"` on a tree server, where it lost).
+Reports the default's tokens/s over each other policy's in the same round: the median, the
 geometric mean, the range and the rounds above 1 with a two-sided sign test.
 """
 
@@ -41,15 +42,21 @@ from .server_info import describe, flush_cache, set_internal_state
 from .tiny_prompts import EMBEDDED_PAIR
 
 
-def policies(fixed_widths: list[int]) -> dict[str, dict]:
-    """label: the runtime switches that make it (dflash_sglang/width/runtime_policy.py)."""
-    out = {
+def policies(fixed_widths: list[int], trees: bool = False, without: tuple[str, ...] = ()) -> dict[str, dict]:
+    """label: the runtime switches that make it (dflash_sglang/width/runtime_policy.py), the
+    server's default first (per request on a chain, one budget a batch on a tree), `without` left out."""
+    adaptive = {
         "per request": {"dflash_verify_width": 0, "dflash_request_lengths": 1},
         "one width a batch": {"dflash_verify_width": 0, "dflash_request_lengths": 0},
     }
+    order = ["one width a batch", "per request"] if trees else ["per request", "one width a batch"]
+    out = {label: adaptive[label] for label in order}
     for width in fixed_widths:
         out[f"fixed {width}"] = {"dflash_verify_width": width, "dflash_request_lengths": 1}
-    return out
+    unknown = set(without) - set(out)
+    if unknown or len(out) - len(without) < 2 or order[0] in without:
+        raise ValueError(f"--without {sorted(without)}: leaves the default and one other of {list(out)}")
+    return {label: switches for label, switches in out.items() if label not in without}
 
 
 LOADS = {  # name: temperatures cycled over the requests (bench/mixed_load.py's loads)
@@ -116,11 +123,12 @@ def one_server(args, prompts, sampling: Sampling) -> dict[int, dict[str, list[fl
     env["DFLASH_SGLANG_REQUEST_LENGTHS"] = ""
     out = {}
     with SGLangServer((args.pair / "target").resolve(), spec, env=env, base_args=CPU_ARGS) as server:
-        url, switches = server.base_url, policies(args.fixed or [args.block])
+        url = server.base_url
+        switches = policies(args.fixed or [args.block], args.topk > 1, tuple(args.without))
         labels = list(switches)
         model = describe(url, "one process").model
         for concurrency in args.concurrency:
-            set_internal_state(url, switches["per request"])
+            set_internal_state(url, switches[labels[0]])
             burst(url, model, prompts, sampling, concurrency, f"c={concurrency} warm-up")
             rates = {label: [] for label in labels}
             for k in range(args.rounds):
@@ -136,7 +144,7 @@ def one_server(args, prompts, sampling: Sampling) -> dict[int, dict[str, list[fl
 def report(runs: list[dict[int, dict[str, list[float]]]], concurrency: list[int]) -> str:
     labels = list(runs[0][concurrency[0]])
     lines = [
-        "| concurrency | per request, tokens/s | per request over | median | geometric mean | range "
+        f"| concurrency | {labels[0]}, tokens/s | {labels[0]} over | median | geometric mean | range "
         "| rounds above 1 | sign test p |",
         "|---|---|---|---|---|---|---|---|",
     ]
@@ -161,6 +169,7 @@ def main(argv=None) -> int:
     p.add_argument("--block", type=int, default=8, help="the block, or a tree's N nodes")
     p.add_argument("--topk", type=int, default=0, help="a tree server's K (0: a chain)")
     p.add_argument("--fixed", type=concurrency_list, default=None, help="fixed widths (default: the block)")
+    p.add_argument("--without", type=lambda text: text.split(","), default=[], help="labels, comma-separated")
     p.add_argument("--load", choices=sorted(LOADS), default="chat")
     p.add_argument("--concurrency", type=concurrency_list, default=[16])
     p.add_argument("--rounds", type=int, default=8)
