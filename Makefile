@@ -73,7 +73,8 @@ bench-mixed:
 
 # Verify policies compared inside one server process, switched between bursts through
 # /set_internal_state, so a process's own speed cancels out (docs/adaptive.md). LOAD=chat or mixed;
-# trees: ONE_PROCESS_ARGS="--topk 8 --block 64 --fixed 16,32,64".
+# trees (their default, one budget a batch, against the fixed trees):
+# ONE_PROCESS_ARGS="--topk 8 --block 64 --fixed 16,32,64 --without 'per request'".
 LOAD ?= chat
 ROUNDS ?= 6
 CONCURRENCY ?= 1,4,8,16,32

@@ -54,7 +54,7 @@ def policies(fixed_widths: list[int], trees: bool = False, without: tuple[str, .
     for width in fixed_widths:
         out[f"fixed {width}"] = {"dflash_verify_width": width, "dflash_request_lengths": 1}
     unknown = set(without) - set(out)
-    if unknown or len(out) - len(without) < 2 or order[0] in without:
+    if unknown or len(out) - len(set(without)) < 2 or order[0] in without:
         raise ValueError(f"--without {sorted(without)}: leaves the default and one other of {list(out)}")
     return {label: switches for label, switches in out.items() if label not in without}
 
