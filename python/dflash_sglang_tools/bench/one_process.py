@@ -86,7 +86,7 @@ def round_order(labels: list[str], round_index: int) -> list[str]:
 
 
 def summary(ratios: list[float]) -> dict:
-    """Paired ratios (per request over another policy, one per round) -> what the tables show."""
+    """Paired ratios (the default over another policy, one per round) -> what the tables show."""
     above = sum(r > 1 for r in ratios)
     below = sum(r < 1 for r in ratios)
     trials = above + below
