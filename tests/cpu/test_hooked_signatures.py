@@ -128,6 +128,33 @@ SIGNATURES = {
         "replayssm_rawv: Optional[torch.Tensor] = None, replayssm_rawk: Optional[torch.Tensor] = None, "
         "replayssm_g: Optional[torch.Tensor] = None, replayssm_beta: Optional[torch.Tensor] = None, "
         "match_cutedsl_decode: bool = False)",
+    # ReplaySSM spec-verify ring (cpu/gdn_replayssm.py). dot_precision's default is 'tf32' where
+    # SGLang finds TF32 (an Ampere or newer GPU), 'ieee' here.
+    "sglang.kernels.ops.attention.linear.gdn_replayssm_spec_decode.gdn_replayssm_spec_decode":
+        "(q: 'torch.Tensor', k: 'torch.Tensor', v: 'torch.Tensor', a: 'torch.Tensor', b: 'torch.Tensor', "
+        "A_log: 'torch.Tensor', dt_bias: 'torch.Tensor', checkpoint_state: 'torch.Tensor', "
+        "d_cache: 'torch.Tensor', k_cache: 'torch.Tensor', g_cache: 'torch.Tensor', "
+        "rawv_cache: 'torch.Tensor | None', rawk_cache: 'torch.Tensor | None', "
+        "beta_cache: 'torch.Tensor | None', out: 'torch.Tensor', query_start_loc: 'torch.Tensor', "
+        "ssm_state_indices: 'torch.Tensor', replay_indices: 'torch.Tensor', write_pos: 'torch.Tensor', "
+        "cache_base: 'torch.Tensor', is_flush: 'torch.Tensor', max_cache_len: 'int', max_spec_len: 'int', "
+        "scale: 'float | None' = None, use_qk_l2norm_in_kernel: 'bool' = True, null_block_id: 'int' = 0, "
+        "block_v: 'int' = 64, num_warps: 'int' = 1, num_stages: 'int' = 2, nk: 'int' = 2, bs_min: 'int' = 4, "
+        "block_v_flush: 'int' = 64, num_warps_flush: 'int' = 1, num_stages_flush: 'int' = 2, "
+        "nk_flush: 'int' = 2, launch_mode: 'str' = 'both', dot_precision: 'str' = 'ieee')",
+    "sglang.kernels.ops.attention.linear.gdn_replayssm_spec_decode.commit_gdn_replayssm_spec":
+        "(write_pos: 'torch.Tensor', cache_base: 'torch.Tensor', is_flush: 'torch.Tensor', "
+        "num_accepted: 'torch.Tensor', replay_indices: 'torch.Tensor', max_cache_len: 'int', "
+        "max_spec_len: 'int', fold_every_commit: 'bool' = False, cache_buf_len: 'int | None' = None, "
+        "null_block_id: 'int' = 0)",
+    "sglang.kernels.ops.attention.linear.gdn_replayssm_spec_decode.commit_gdn_replayssm_circular":
+        "(*, checkpoint_state: 'torch.Tensor', d_cache: 'torch.Tensor', k_cache: 'torch.Tensor', "
+        "g_cache: 'torch.Tensor', d_residual_cache: 'torch.Tensor | None', "
+        "k_residual_cache: 'torch.Tensor | None', state_batch_indices: 'torch.Tensor', "
+        "replay_indices: 'torch.Tensor', write_pos: 'torch.Tensor', cache_base: 'torch.Tensor', "
+        "is_flush: 'torch.Tensor', accept_lens: 'torch.Tensor', "
+        "mamba_track_indices: 'torch.Tensor | None' = None, "
+        "mamba_steps_to_track: 'torch.Tensor | None' = None, null_block_id: 'int' = -1) -> 'None'",
     "sglang.kernels.ops.mamba.mamba_state_scatter_triton.fused_mamba_state_scatter_with_mask":
         "(dst: torch.Tensor, src: torch.Tensor, dst_indices_raw: torch.Tensor, "
         "step_indices_raw: torch.Tensor, src_indices_raw: torch.Tensor | None = None)",

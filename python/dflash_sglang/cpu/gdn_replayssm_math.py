@@ -1,0 +1,77 @@
+"""The math of GDN ReplaySSM spec-verify in plain torch (used by gdn_replayssm.py), float32.
+
+A request's state is a frozen checkpoint S0 plus a ring of its last committed steps' records
+(d_t, k_t, g_t): d_t the delta-rule update vector, k_t the normalised key, g_t the log-decay, so that
+
+    S = exp(G) S0 + sum_t exp(G - G_t) d_t k_t^T        G_t = g_1 + ... + g_t, G the sum of all
+
+is the state after those steps (delta_rule.py's recurrence unrolled: S_t = exp(g_t) S_{t-1} + d_t k_t^T
+with d_t = beta_t (v_t - exp(g_t) S_{t-1} k_t)). The verify rebuilds the state at the window's start
+that way and runs the recurrence over the window, keeping every d_t; the commit folds the records
+into the checkpoint (or into a track slot). States are [.., HV, V, K] as in SGLang's pools.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def per_value_head(x: torch.Tensor, heads_v: int) -> torch.Tensor:
+    """[.., H, D] key-head tensors repeated to the HV value heads (value head h reads key head
+    h // (HV // H)), along dim -2."""
+    return x.repeat_interleave(heads_v // x.shape[-2], dim=-2)
+
+
+def fold_records(states, updates, keys, gates, counts, split_dtype=None):
+    """exp(G) S + sum_{t < count} exp(G - G_t) d_t k_t^T for every row.
+
+    states [N, HV, V, K]; updates [N, HV, T, V]; keys [N, HV, T, K]; gates [N, HV, T]; counts [N]
+    (records at t >= count are left out). With `split_dtype`, each decayed update is carried as a
+    high part in that dtype plus the rounded low remainder, as SGLang's commit kernel does.
+    """
+    active = torch.arange(gates.shape[-1]) < counts.reshape(-1, 1, 1)
+    gates = torch.where(active, gates.float(), 0.0)
+    prefix = gates.cumsum(-1)
+    total = gates.sum(-1)
+    decay = torch.where(active, (total[..., None] - prefix).exp(), 0.0)
+    scaled = updates.float() * decay[..., None]
+    if split_dtype is not None and split_dtype != torch.float32:
+        high = scaled.to(split_dtype)
+        scaled = high.float() + (scaled - high.float()).to(split_dtype).float()
+    return states.float() * total.exp()[..., None, None] + scaled.transpose(-1, -2) @ keys.float()
+
+
+def recurrent_window(states, q, k, v, g, beta, valid):
+    """The gated delta rule over a padded window of every row, from `states` [N, HV, V, K].
+
+    q (normalised and scaled), k (normalised): [N, T, HV, K], already per value head; v [N, T, HV, V];
+    g, beta [N, T, HV]; valid [N, T] (a row's steps past its length leave its state alone).
+    Returns (o [N, T, HV, V], d [N, T, HV, V] the update vectors, final states), float32.
+    """
+    S = states.float().clone()
+    out, updates = torch.zeros_like(v, dtype=torch.float32), torch.zeros_like(v, dtype=torch.float32)
+    for t in range(v.shape[1]):
+        decayed = S * g[:, t].float().exp()[..., None, None]
+        d = (v[:, t].float() - (decayed @ k[:, t, ..., None]).squeeze(-1)) * beta[:, t, :, None]
+        new = decayed + d[..., None] * k[:, t, :, None, :]
+        out[:, t] = (new @ q[:, t, ..., None]).squeeze(-1)
+        updates[:, t] = d
+        S = torch.where(valid[:, t, None, None, None], new, S)
+    return out, updates, S
+
+
+def exact_fold(states, raw_k, raw_v, gates, betas, counts, qk_l2norm: bool):
+    """SGLang's exact-fold replay: the recurrence over each row's first `count` raw records.
+
+    states [N, HV, V, K]; raw_k [N, HV, T, K] (pre-norm, per value head); raw_v [N, HV, T, V];
+    gates, betas [N, HV, T]. Returns the states after the records, float32.
+    """
+    S = states.float().clone()
+    for t in range(raw_k.shape[2]):
+        key = raw_k[:, :, t].float()
+        if qk_l2norm:
+            key = key / torch.sqrt((key * key).sum(-1, keepdim=True) + 1e-6)
+        decayed = S * gates[:, :, t].float().exp()[..., None, None]
+        d = (raw_v[:, :, t].float() - (decayed @ key[..., None]).squeeze(-1)) * betas[:, :, t, None].float()
+        S = torch.where((t < counts).reshape(-1, 1, 1, 1), decayed + d[..., None] * key[..., None, :], S)
+    return S
