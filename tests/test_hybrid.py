@@ -53,3 +53,56 @@ def test_startup_checks_explain_only_dflash_settings_that_cannot_speculate():
     no_buffer = strategy_view(mamba_radix_cache_strategy="no_buffer", disable_overlap_schedule=False)
     assert "SGLANG_ENABLE_SPEC_V2" in explain(no_buffer)
     assert explain(strategy_view(mamba_radix_cache_strategy="no_buffer")) is None
+
+
+# ---- the ReplaySSM ring: when it serves, and what a request holds (step/replay_choice.py) --------
+
+
+def replay_cfg(**fields):
+    base = dict(speculative_eagle_topk=None, disaggregation_mode="null", enable_linear_replayssm=False,
+                linear_attn_decode_backend=None, linear_attn_backend="triton")  # fmt: skip
+    return SimpleNamespace(**{**base, **fields})
+
+
+def test_the_ring_serves_gdn_chains_and_says_why_not_elsewhere():
+    from sglang.srt.configs.qwen3_5 import Qwen3_5TextConfig  # as SGLang loads a Qwen3.5 target
+    from transformers import Qwen3Config
+
+    from dflash_sglang.step.replay_choice import replay_off_because
+
+    gdn = Qwen3_5TextConfig()
+    assert replay_off_because(replay_cfg(), gdn) is None
+    assert "Gated DeltaNet" in replay_off_because(replay_cfg(), Qwen3Config())
+    assert "tree" in replay_off_because(replay_cfg(speculative_eagle_topk=4), gdn)
+    assert "PD" in replay_off_because(replay_cfg(disaggregation_mode="decode"), gdn)
+    assert "decode step" in replay_off_because(replay_cfg(enable_linear_replayssm=True), gdn)
+    assert "cutedsl" in replay_off_because(replay_cfg(linear_attn_decode_backend="cutedsl"), gdn)
+
+
+def test_the_switch_takes_the_same_words_as_the_others(monkeypatch):
+    import pytest
+
+    from dflash_sglang.errors import DFlashConfigError
+    from dflash_sglang.step.replay_choice import REPLAY_ENV, replay_switch
+
+    for text, want in (("", None), ("1", True), ("on", True), ("0", False), ("off", False)):
+        monkeypatch.setenv(REPLAY_ENV, text)
+        assert replay_switch() is want, text
+    monkeypatch.setenv(REPLAY_ENV, "ring")
+    with pytest.raises(DFlashConfigError, match=REPLAY_ENV):
+        replay_switch()
+
+
+def test_a_requests_recurrent_memory_and_when_slots_bound_the_requests():
+    from dflash_sglang.step.recurrent_memory import RecurrentMemory
+
+    kib = 1024
+    memory = RecurrentMemory(state_per_slot=57 * kib, scratch_per_request=414 * kib, slots_per_request=4,
+                             mamba_slots=64, running_requests=16, requested=48, scratch_kind="x")  # fmt: skip
+    assert memory.per_request == (4 * 57 + 414) * kib
+    assert memory.per_request_without_speculation == 4 * 57 * kib
+    assert memory.requests_the_slots_allow == 16 and memory.slots_bound_the_requests
+    words = memory.describe()
+    assert "642.0 KiB a running request" in words and "228.0 KiB without speculation (2.82x)" in words
+    roomy = RecurrentMemory(57 * kib, 0, 4, 256, 48, 48, "x")  # KV (or the request) binds, not slots
+    assert not roomy.slots_bound_the_requests

@@ -55,7 +55,7 @@ def register() -> None:
         return
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
-    from .admission import cli_aliases, input_checks, request_checks, startup_checks
+    from .admission import cli_aliases, input_checks, replay_ssm, request_checks, startup_checks
     from .cpu import install as install_cpu_stand_ins
     from .tree import switches as tree_switches
     from .width import runtime_policy
@@ -81,6 +81,9 @@ def register() -> None:
         "sglang.srt.arg_groups.speculative_hook._handle_dflash", _resolve_schedule, HookType.AFTER
     )
     HookRegistry.register(request_checks.TARGET, request_checks.refuse_unsupported_requests, HookType.AROUND)
+    # `--enable-linear-replayssm-spec` on a GDN target: our commit replays it (admission/replay_ssm.py).
+    HookRegistry.register(replay_ssm.TARGET, replay_ssm.build_pool_for_gdn_replay, HookType.AROUND)
+    HookRegistry.register(replay_ssm.DEFAULT_TARGET, replay_ssm.replay_by_default, HookType.BEFORE)
     # BEFORE and AFTER, not AROUND: the CPU layer already wraps `_handle_dflash` (cpu/platform_checks.py),
     # and SGLang warns at every startup about two AROUND hooks on one target.
     HookRegistry.register(tree_switches.HANDLE_DFLASH, tree_switches.declare_a_chain, HookType.BEFORE)

@@ -218,7 +218,9 @@ class DFlashWorker(BaseSpecWorker):
     def init_attention_backends(self):
         self._draft_worker.init_attention_backends()
         # After the target's backends exist: hybrid targets commit their recurrent state.
-        self.commit.recurrent_state = RecurrentStateCommit(self.model_runner, self.tree is not None)
+        self.commit.recurrent_state = RecurrentStateCommit(
+            self.target_worker, self.widths.widest, self.tree is not None
+        )
 
     def init_cuda_graphs(self):
         # The draft runs eager for now (no decode graph); the target's verify graphs are SGLang's.

@@ -8,6 +8,8 @@ small call.
     committing.py       the commit phase: publish, inject the committed features, the bonus token
     deferred_context.py plain steps' injections held until the drafter next reads the draft KV
     hybrid.py           Qwen3.5/3.6 targets: the recurrent-state commit after verify
+    replay_choice.py    whether the verify keeps SGLang's ReplaySSM ring or a state per position
+    recurrent_memory.py the operator's view: the recurrent memory a request holds, the slot limit
     draft_window.py     --speculative-draft-window-size: the drafter's KV in a ring of W + B
     tp_agreement.py     --tp-size: the draft TP scope; every rank commits rank 0's tokens
     request_outputs.py  what the scheduler reads besides tokens: logprobs, sampling masks

@@ -18,6 +18,16 @@ sibling) to the conv kernel, which derives each node's parent, and the GDN kerne
 from its parent's state, only when its `topk` > 1; DFLASH resolves topk to 1 (tree/switches.py),
 so a tree worker sets it on the backend. Row t of the saved states is then node t, and the commit
 copies the accepted path's nodes (the verify's `path_rows`) instead of block steps.
+
+ReplaySSM (`--enable-linear-replayssm-spec`, chains only): the verify keeps no state per block
+position. SGLang's verify kernel reads the request's checkpoint and writes each position's update
+vector, key and decay to a small ring per request row; the commit is SGLang's own
+`commit_mamba_states_after_verify` (as its EAGLE workers call it): advance the ring's cursors by
+the accepted count, fold the accepted records into the checkpoint (and the tracked step's into the
+track slot), roll the conv window back. Its `draft_token_num` sets when a fold happens (once
+`write_pos + 2 * draft_token_num` passes the ring's length L); we pass L, so every commit folds and
+the checkpoint is the committed state after every step: a plain step's verify, a finished request's
+state donated to the radix cache, and a PD transfer all read a current state.
 """
 
 from __future__ import annotations
@@ -25,6 +35,10 @@ from __future__ import annotations
 import torch
 from sglang.srt.configs.hybrid_arch import mambaish_config
 from sglang.srt.runtime_context import mamba_track_grid
+
+from ..errors import DFlashConfigError
+from . import recurrent_memory
+from .replay_choice import scratch_words
 
 NO_TRACK = -1
 
@@ -42,15 +56,48 @@ def track_steps(pre: torch.Tensor, post: torch.Tensor, accepted: torch.Tensor, g
     return torch.where(crossed, step.to(torch.int64), torch.full_like(step, NO_TRACK, dtype=torch.int64))
 
 
-class RecurrentStateCommit:
-    """Copies the accepted step's linear-attention state into the live (and track) slot."""
+def replay_ring_length(model_runner) -> int | None:
+    """L of the ReplaySSM ring this target's pool holds, or None (per-position snapshots)."""
+    pool = getattr(model_runner.req_to_token_pool, "mamba_pool", None)
+    if pool is None or getattr(pool, "replayssm_cache_base", None) is None:
+        return None
+    return int(pool.mamba_cache.replayssm_d.shape[-2])
 
-    def __init__(self, model_runner, trees: bool = False):
-        self.model_runner = model_runner
+
+def refuse_what_the_ring_cannot_verify(ring_length: int, widest: int, trees: bool) -> None:
+    if trees:
+        raise DFlashConfigError(
+            "--enable-linear-replayssm-spec replays a chain: SGLang's ring verify reads no parent "
+            "pointers, so a draft tree (--speculative-eagle-topk > 1) needs the per-node "
+            "state snapshots; drop one of the two"
+        )
+    if ring_length < widest:
+        raise DFlashConfigError(
+            f"--linear-replayssm-cache-len {ring_length} is shorter than the widest DFLASH verify "
+            f"({widest} tokens): the ring holds one verify's records; set it to a power of two >= {widest}"
+        )
+
+
+class RecurrentStateCommit:
+    """Lands the accepted step's linear-attention state in the live (and track) slot."""
+
+    def __init__(self, target_worker, widest: int, trees: bool = False):
+        self.target_worker = target_worker
+        model_runner = self.model_runner = target_worker.model_runner
         backend = model_runner.attn_backend
         self.active = mambaish_config(model_runner.model_config) is not None and hasattr(
             backend, "update_mamba_state_after_mtp_verify"
         )
+        self.ring_length = replay_ring_length(model_runner) if self.active else None
+        if self.ring_length is not None:
+            refuse_what_the_ring_cannot_verify(self.ring_length, widest, trees)
+        self.memory = None
+        if self.active:
+            ring_on = self.ring_length is not None
+            words = scratch_words(
+                ring_on, trees, model_runner.server_args, model_runner.model_config.hf_config
+            )
+            self.memory = recurrent_memory.report(model_runner, ring_on, words)
         linear = getattr(backend, "linear_attn_backend", None)
         if self.active and trees and linear is not None:  # any value > 1: it only asks "a tree?"
             linear.topk = max(linear.topk, 2)
@@ -64,6 +111,9 @@ class RecurrentStateCommit:
         steps_to_track = None
         if batch.mamba_track_indices is not None:
             steps_to_track = track_steps(pre, post, accepted, mamba_track_grid(batch.tree_cache.page_size))
+        if self.ring_length is not None:  # trees never get here: refused at startup
+            self.replay(batch, accepted, last, steps_to_track)
+            return
         if path_rows is not None:
             last = path_rows.gather(1, last.unsqueeze(1)).squeeze(1)
             if steps_to_track is not None:
@@ -75,4 +125,18 @@ class RecurrentStateCommit:
             mamba_steps_to_track=steps_to_track,
             model=self.model_runner.model,
             req_pool_indices=batch.req_pool_indices[: accepted.shape[0]],
+        )
+
+    def replay(self, batch, accepted, last, steps_to_track):
+        """SGLang's ReplaySSM commit, folding every step (the module's docstring says why)."""
+        from sglang.srt.speculative.spec_utils import commit_mamba_states_after_verify
+
+        lengths = accepted.to(torch.int32)
+        commit_mamba_states_after_verify(
+            self.target_worker,
+            batch,
+            accept_lens=lengths,
+            accept_index=lengths.unsqueeze(1),  # read only for "anything accepted?": we pass the steps
+            draft_token_num=self.ring_length,
+            prepared_step_indices=(last, steps_to_track),
         )

@@ -1,0 +1,73 @@
+"""DFLASH on a Gated DeltaNet target under SGLang's ReplaySSM spec-verify
+(`--enable-linear-replayssm-spec`): the pool SGLang refuses to build for it, built.
+
+SGLang 0.5.23 refuses the flag for DFLASH on any non-KDA model when it builds the request pool
+(`KVCacheConfigurator._build_hybrid_req_pool`), because its built-in DFLASH worker commits through
+the linear-attention backend's fold, which replays only KDA. Our worker commits through SGLang's
+`commit_mamba_states_after_verify` instead (step/hybrid.py), the function its EAGLE and n-gram
+workers use, which replays GDN; so for our worker the refusal's reason does not hold. The AROUND
+hook runs SGLang's pool builder unchanged except that one test: for the duration of the call the
+configurator's `hybrid_kda_config` reads as set. Inside that function the attribute is read only by
+the refusal and by "GDN or KDA?" (where GDN already answers yes), so nothing else it builds changes.
+SGLang's built-in worker (DFLASH_SGLANG_WORKER=builtin) does not install this hook: it keeps the
+refusal, which is right for it.
+
+On by default for our worker on a GDN chain (`replay_by_default`): a request's recurrent scratch
+shrinks from a full state per block position to a ring of compact records (docs/hybrid.md has the
+numbers), and the output stays the target's. `DFLASH_SGLANG_REPLAY_SSM=0` keeps the per-position
+states; trees, PD and other decode backends keep them and say so.
+"""
+
+from __future__ import annotations
+
+from ..errors import DFlashConfigError
+from ..step.replay_choice import REPLAY_ENV, replay_off_because, replay_switch
+
+TARGET = "sglang.srt.mem_cache.kv_cache_configurator.KVCacheConfigurator._build_hybrid_req_pool"
+
+
+def replay_asked_for_dflash() -> bool:
+    """Whether this server runs DFLASH with `--enable-linear-replayssm-spec`."""
+    from sglang.srt.runtime_context import get_exec, get_spec
+
+    algorithm = (get_spec().speculative_algorithm or "").upper()
+    return algorithm == "DFLASH" and bool(get_exec().mamba.enable_linear_replayssm_spec)
+
+
+def build_pool_for_gdn_replay(original, configurator, **kwargs):
+    """AROUND _build_hybrid_req_pool: a GDN target's pool for our DFLASH worker, ring and all."""
+    if not replay_asked_for_dflash() or configurator.hybrid_gdn_config is None:
+        return original(configurator, **kwargs)
+    kda = configurator.hybrid_kda_config
+    configurator.hybrid_kda_config = configurator.hybrid_gdn_config  # the refusal's test only
+    try:
+        return original(configurator, **kwargs)
+    finally:
+        configurator.hybrid_kda_config = kda
+
+
+# ---- on by default for DFLASH on a GDN chain -------------------------------------------------
+
+DEFAULT_TARGET = "sglang.srt.arg_groups.model_hook.handle_mamba_radix_cache"
+SOURCE = "dflash_sglang.admission.replay_ssm"
+
+
+def replay_by_default(server_args, hf_config):
+    """BEFORE handle_mamba_radix_cache (the first step that knows the target is hybrid): DFLASH on a
+    GDN chain verifies through SGLang's ReplaySSM ring unless DFLASH_SGLANG_REPLAY_SSM=0 (or
+    --enable-linear-replayssm-spec was given, which SGLang then validates as ever)."""
+    from sglang.srt.arg_groups.overrides import declare_resolution, resolving_view
+
+    cfg = resolving_view(server_args)
+    if (cfg.speculative_algorithm or "").upper() != "DFLASH" or cfg.enable_linear_replayssm_spec:
+        return None
+    switch = replay_switch()
+    if switch is False:
+        return None
+    because = replay_off_because(cfg, hf_config)
+    if because is not None:
+        if switch:
+            raise DFlashConfigError(f"{REPLAY_ENV}=1: {because}")
+        return None
+    declare_resolution(server_args, SOURCE, enable_linear_replayssm_spec=True)
+    return None

@@ -1,0 +1,130 @@
+"""The operator's view of a hybrid target's recurrent memory under DFLASH, said once at startup.
+
+A linear-attention layer keeps a conv window and an SSM state per mamba slot; a running request
+holds up to `slots_per_request` slots (its own, plus the radix strategy's track and ping-pong
+slots: SGLang's mamba ratio). Speculation adds scratch per request row: SGLang's verify keeps the
+state after every block position (`intermediate_ssm`, D full SSM states) and the conv window
+after every position, unless `--enable-linear-replayssm-spec` replaces the states with a ring of
+L compact records (update vector, key, decay) a row. Those D states are what made a hybrid slot
+cost about 16x under speculation at block 16 (SGLang issues 28730, 36889): the mamba pool then
+bounds the running requests long before KV does, silently.
+
+`describe` reads the allocated pool's tensors (not a formula), so what it says is what the server
+holds. Bytes a request: state bytes a slot x slots a request + speculative scratch a row.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+logger = logging.getLogger(__name__)
+KIB = 1024
+
+
+def _bytes(tensor) -> int:
+    if tensor is None:
+        return 0
+    if isinstance(tensor, (list, tuple)):
+        return sum(_bytes(t) for t in tensor)
+    # The deduplicated conv windows are an as_strided view: count the storage it spans.
+    return max(tensor.numel() * tensor.element_size(), tensor.untyped_storage().nbytes())
+
+
+@dataclasses.dataclass(frozen=True)
+class RecurrentMemory:
+    state_per_slot: int  # conv window + SSM state, bytes, one mamba slot
+    scratch_per_request: int  # the verify's speculative scratch, bytes, one request row
+    slots_per_request: int  # SGLang's mamba ratio for this radix strategy
+    mamba_slots: int  # the pool's persistent slots
+    running_requests: int  # what the server admits at once (the request pool's rows)
+    requested: int  # what --max-running-requests (or SGLang's default) asked for
+    scratch_kind: str  # what the verify keeps and why (step/replay_choice.py)
+
+    @property
+    def per_request(self) -> int:
+        return self.state_per_slot * self.slots_per_request + self.scratch_per_request
+
+    @property
+    def per_request_without_speculation(self) -> int:
+        return self.state_per_slot * self.slots_per_request
+
+    @property
+    def requests_the_slots_allow(self) -> int:
+        return self.mamba_slots // self.slots_per_request
+
+    @property
+    def slots_bound_the_requests(self) -> bool:
+        return self.requests_the_slots_allow <= self.running_requests < self.requested
+
+    def describe(self) -> str:
+        ratio = self.per_request / max(self.per_request_without_speculation, 1)
+        return (
+            f"recurrent state {self.per_request / KIB:.1f} KiB a running request under DFLASH "
+            f"({self.slots_per_request} mamba slots of {self.state_per_slot / KIB:.1f} KiB + "
+            f"{self.scratch_per_request / KIB:.1f} KiB of verify scratch: {self.scratch_kind}), "
+            f"{self.per_request_without_speculation / KIB:.1f} KiB without speculation ({ratio:.2f}x); "
+            f"{self.mamba_slots} mamba slots allow {self.requests_the_slots_allow} running requests, "
+            f"the server runs at most {self.running_requests} (asked: {self.requested})"
+        )
+
+
+def measure(model_runner, scratch_kind: str = "") -> RecurrentMemory | None:
+    """What the hybrid target's pool holds, or None for a target without recurrent state."""
+    pool = getattr(model_runner.req_to_token_pool, "mamba_pool", None)
+    if pool is None:
+        return None
+    cache = pool.mamba_cache
+    state = _bytes(cache.conv) + _bytes(cache.temporal)
+    rows_field = cache.temporal.shape[1]  # [layers, slots + 1, ...]
+    scratch, rows = 0, None
+    for field in ("intermediate_ssm", "replayssm_d", "replayssm_k", "replayssm_g", "replayssm_rawv",
+                  "replayssm_rawk", "replayssm_beta"):  # fmt: skip
+        tensor = getattr(cache, field, None)
+        if tensor is not None:
+            scratch += _bytes(tensor)
+            rows = tensor.shape[1]
+    windows = getattr(pool, "_intermediate_conv_window_phys", None) or getattr(
+        cache, "intermediate_conv_window", None
+    )
+    if windows is not None:
+        scratch += _bytes(windows)
+        rows = rows or (windows[0].shape[1] if isinstance(windows, (list, tuple)) else windows.shape[1])
+    from sglang.srt.runtime_context import get_schedule
+
+    return RecurrentMemory(
+        state_per_slot=state // rows_field,
+        scratch_per_request=scratch // rows if rows else 0,
+        slots_per_request=_slots_per_request(model_runner),
+        mamba_slots=pool.size,
+        running_requests=model_runner.req_to_token_pool.size,
+        requested=int(get_schedule().max_running_requests or model_runner.req_to_token_pool.size),
+        scratch_kind=scratch_kind,
+    )
+
+
+def _slots_per_request(model_runner) -> int:
+    configurator = getattr(model_runner, "kv_cache_configurator", None)
+    ratio = getattr(configurator, "_calculate_mamba_ratio", None)
+    return int(ratio()) if ratio is not None else 1
+
+
+def report(model_runner, replay_on: bool, scratch_words: str) -> RecurrentMemory | None:
+    """Log the recurrent memory a request holds, and warn when mamba slots bound the requests."""
+    memory = measure(model_runner, scratch_words)
+    if memory is None:
+        return None
+    logger.info("dflash_sglang: %s", memory.describe())
+    if memory.slots_bound_the_requests:
+        lift = (
+            "--max-mamba-cache-size or --mamba-full-memory-ratio"
+            if replay_on
+            else "--enable-linear-replayssm-spec (no state per block position: the memory goes to "
+            "slots), or --max-mamba-cache-size / --mamba-full-memory-ratio"
+        )
+        logger.warning(
+            "dflash_sglang: mamba slots, not KV, bound the running requests (%d slots / %d a request "
+            "= %d); to lift it: %s",
+            memory.mamba_slots, memory.slots_per_request, memory.requests_the_slots_allow, lift,
+        )  # fmt: skip
+    return memory

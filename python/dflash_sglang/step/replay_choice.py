@@ -1,0 +1,62 @@
+"""Whether a DFLASH server on a hybrid target verifies through SGLang's ReplaySSM ring
+(`--enable-linear-replayssm-spec`) or keeps a state per block position, and why.
+
+The ring is the default on a Gated DeltaNet chain (admission/replay_ssm.py declares SGLang's flag);
+`DFLASH_SGLANG_REPLAY_SSM=0` keeps the per-position states, `=1` insists (and fails at startup
+naming why where the ring cannot serve).
+"""
+
+from __future__ import annotations
+
+import os
+from types import SimpleNamespace
+
+from ..errors import DFlashConfigError
+
+REPLAY_ENV = "DFLASH_SGLANG_REPLAY_SSM"
+
+
+def replay_switch() -> bool | None:
+    """`DFLASH_SGLANG_REPLAY_SSM`: unset is the default (on where it serves), 0 off, 1 on."""
+    text = os.environ.get(REPLAY_ENV, "").strip().lower()
+    if text in ("", "auto"):
+        return None
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise DFlashConfigError(
+        f"{REPLAY_ENV}={text!r}: expected 1 (the ReplaySSM ring) or 0 (state per position)"
+    )
+
+
+def replay_off_because(cfg, hf_config) -> str | None:
+    """Why a DFLASH server on this target keeps SGLang's state per block position, or None."""
+    from sglang.srt.configs.hybrid_arch import hybrid_gdn_config
+
+    if hybrid_gdn_config(SimpleNamespace(hf_config=hf_config)) is None:
+        return "not a Gated DeltaNet target"
+    topk = cfg.speculative_eagle_topk
+    if topk is not None and int(topk) > 1:
+        return "a draft tree (--speculative-eagle-topk > 1): the ring verify replays a chain"
+    if cfg.disaggregation_mode != "null":
+        return f"PD disaggregation ({cfg.disaggregation_mode}): not tested with the ring"
+    if cfg.enable_linear_replayssm:
+        return "--enable-linear-replayssm drives the same ring per decode step"
+    decode = cfg.linear_attn_decode_backend or cfg.linear_attn_backend
+    if decode not in ("triton", "flashinfer"):
+        return f"--linear-attn-decode-backend {decode}: SGLang's ring verify needs triton or flashinfer"
+    return None
+
+
+def scratch_words(ring_on: bool, trees: bool, server_args, hf_config) -> str:
+    """The startup log's words for what the verify keeps, and why."""
+    if ring_on:
+        return f"SGLang's ReplaySSM ring, folded every commit ({REPLAY_ENV}=0: a state per block position)"
+    if replay_switch() is False:
+        why = f"{REPLAY_ENV}=0"
+    elif trees:
+        why = "a draft tree: the ring verify replays a chain"
+    else:
+        why = replay_off_because(server_args, hf_config) or "--enable-linear-replayssm-spec off"
+    return f"a state per block position ({why})"
