@@ -102,7 +102,9 @@ def test_a_requests_recurrent_memory_and_when_slots_bound_the_requests():
     assert memory.per_request == (4 * 57 + 414) * kib
     assert memory.per_request_without_speculation == 4 * 57 * kib
     assert memory.requests_the_slots_allow == 16 and memory.slots_bound_the_requests
+    assert memory.slot_ratio == (57 + 414) / 57
     words = memory.describe()
-    assert "642.0 KiB a running request" in words and "228.0 KiB without speculation (2.82x)" in words
+    assert "of a request slot 471.0 KiB under DFLASH" in words and "57.0 KiB without speculation (8.26x)" in words
+    assert "holds 4 mamba slot(s) and its scratch, 642.0 KiB (228.0 KiB without speculation)" in words
     roomy = RecurrentMemory(57 * kib, 0, 4, 256, 48, 48, "x")  # KV (or the request) binds, not slots
     assert not roomy.slots_bound_the_requests

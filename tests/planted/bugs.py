@@ -104,6 +104,29 @@ BUGS = {
         "a hybrid target commits the recurrent state of the node before the last accepted one",
         "hybrid",
     ),
+    # The ReplaySSM commit (step/hybrid.py `replay`, the default on a GDN chain): SGLang folds what
+    # we tell it was accepted and rolls the conv window back to the step we name.
+    "replay_fold_one_short": Bug(
+        "step/hybrid.py",
+        "accept_lens=lengths,",
+        "accept_lens=(lengths - 1).clamp_min(1),",
+        "the ring folds one record short: the SSM state a token stale (the conv window right)",
+        "hybrid",
+    ),
+    "replay_rejected_draft_folded": Bug(
+        "step/hybrid.py",
+        "accept_lens=lengths,",
+        "accept_lens=lengths + 1,",
+        "the ring folds one record past the accepted prefix: a rejected draft's update in the state",
+        "hybrid",
+    ),
+    "replay_conv_not_rolled_back": Bug(
+        "step/hybrid.py",
+        "prepared_step_indices=(last, steps_to_track),",
+        "prepared_step_indices=(torch.full_like(last, -1), steps_to_track),",
+        "the conv window is not rolled to the accepted step: it stays as before the verify",
+        "hybrid",
+    ),
     "sampled_residual_from_p": Bug(
         SAMPLED_VERIFY,
         "return final_law(weight, p_at, q_at, accepted >= n_draft)",

@@ -30,6 +30,7 @@ import pytest
 import torch
 
 from dflash_sglang.sampling.sampled_drafts import SAMPLED_DRAFTS_ENV
+from dflash_sglang.step.replay_choice import REPLAY_ENV
 from dflash_sglang.width.verify_width import WIDTHS_ENV
 from dflash_sglang_tools.testing.server import SGLangServer
 from dflash_sglang_tools.testing.tiny_hybrid import (
@@ -68,6 +69,10 @@ AT_1_NOT_07 = Setting({"temperature": 1.0}, {"temperature": 0.7})
 WINDOW_12 = ["--speculative-dflash-draft-window-size", 12]
 HYBRID_INTERVAL = HybridShape().full_attention_interval
 
+# Every case but one verifies through SGLang's ReplaySSM ring (the default on a GDN chain); the
+# draft-window case keeps a state per block position (DFLASH_SGLANG_REPLAY_SSM=0).
+SNAPSHOTS = {**OVERLAP, REPLAY_ENV: "0"}
+
 # Two cases switch the verify width every step (width/verify_width.py): the state is committed at
 # every width, plain decoding (width 1) included.
 CYCLE_4, CYCLE_8 = {WIDTHS_ENV: "4,1,3,2,4,1"}, {WIDTHS_ENV: "8,1,4,2,8,3,1,6"}
@@ -75,7 +80,7 @@ CASES = {
     "overlap-extra_buffer-radix-b8": (OVERLAP, EXTRA_BUFFER, 8, 3),
     "plain-no_buffer-radix-b4-widths": ({**PLAIN, **CYCLE_4}, NO_BUFFER, 4, 3),
     "overlap-extra_buffer-noradix-b16": (OVERLAP, [*EXTRA_BUFFER, "--disable-radix-cache"], 16, 1),
-    "overlap-extra_buffer-radix-w12-b4": (OVERLAP, [*EXTRA_BUFFER, *WINDOW_12], 4, 3),
+    "overlap-extra_buffer-radix-w12-b4-snapshots": (SNAPSHOTS, [*EXTRA_BUFFER, *WINDOW_12], 4, 3),
     "overlap-extra_buffer_lazy-radix-b8-widths": ({**OVERLAP, **CYCLE_8}, EXTRA_BUFFER_LAZY, 8, 3),
 }
 
@@ -101,6 +106,12 @@ def test_our_worker_serves_it(case):
         assert "draft window 12: draft KV pool of" in log and " x 16), target pool" in log
     if "lazy" in name:  # SGLang took the lazy strategy (its tracking planned at schedule time)
         assert "'mamba_radix_cache_strategy': 'extra_buffer_lazy'" in log
+    if name.endswith("-snapshots"):
+        assert f"verify scratch: a state per block position ({REPLAY_ENV}=0)" in log
+        assert "GDN ReplaySSM ring buffers allocated" not in log
+    else:  # SGLang's ring, no state per block position
+        assert "verify scratch: SGLang's ReplaySSM ring, folded every commit" in log
+        assert "GDN ReplaySSM ring buffers allocated" in log and "'enable_linear_replayssm_spec': True" in log
 
 
 def test_one_at_a_time_and_concurrent_equal_the_target_alone(case):
@@ -126,7 +137,7 @@ LAW_PATHS = {
     "overlap-extra_buffer-radix-b8": "hybrid extra_buffer, overlap worker",
     "plain-no_buffer-radix-b4-widths": "hybrid no_buffer, plain worker, width cycle",
     "overlap-extra_buffer-noradix-b16": "hybrid extra_buffer, no radix cache, block 16, overlap worker",
-    "overlap-extra_buffer-radix-w12-b4": "hybrid draft window 12, overlap worker",
+    "overlap-extra_buffer-radix-w12-b4-snapshots": "hybrid draft window 12, overlap worker",
     "overlap-extra_buffer_lazy-radix-b8-widths": "hybrid extra_buffer_lazy, overlap worker, width cycle",
 }
 # The one-hot-token target needs longer completions for the penalty's control: its hot token must
@@ -211,7 +222,7 @@ def hybrid_nospec(tmp_path_factory):
 
 
 @pytest.mark.parametrize(
-    "case", ["plain-no_buffer-radix-b4-widths", "overlap-extra_buffer-radix-w12-b4"], indirect=True
+    "case", ["plain-no_buffer-radix-b4-widths", "overlap-extra_buffer-radix-w12-b4-snapshots"], indirect=True
 )
 def test_request_features_equal_nospec(case, hybrid_nospec):
     """The request-feature matrix's core (test_request_features.py) on a hybrid target: logprobs,

@@ -57,16 +57,25 @@ class RecurrentMemory:
     def slots_bound_the_requests(self) -> bool:
         return self.requests_the_slots_allow <= self.running_requests < self.requested
 
+    @property
+    def slot_ratio(self) -> float:
+        """A request's own slot with its verify scratch, over the slot alone (no speculation)."""
+        return (self.state_per_slot + self.scratch_per_request) / max(self.state_per_slot, 1)
+
     def describe(self) -> str:
-        ratio = self.per_request / max(self.per_request_without_speculation, 1)
         return (
-            f"recurrent state {self.per_request / KIB:.1f} KiB a running request under DFLASH "
-            f"({self.slots_per_request} mamba slots of {self.state_per_slot / KIB:.1f} KiB + "
-            f"{self.scratch_per_request / KIB:.1f} KiB of verify scratch: {self.scratch_kind}), "
-            f"{self.per_request_without_speculation / KIB:.1f} KiB without speculation ({ratio:.2f}x); "
-            f"{self.mamba_slots} mamba slots allow {self.requests_the_slots_allow} running requests, "
-            f"the server runs at most {self.running_requests} (asked: {self.requested})"
+            f"recurrent state of a request slot {_size(self.state_per_slot + self.scratch_per_request)} "
+            f"under DFLASH ({_size(self.state_per_slot)} conv + SSM state, {_size(self.scratch_per_request)} "
+            f"verify scratch: {self.scratch_kind}), {_size(self.state_per_slot)} without speculation "
+            f"({self.slot_ratio:.2f}x); a running request holds {self.slots_per_request} mamba slot(s) "
+            f"and its scratch, {_size(self.per_request)} ({_size(self.per_request_without_speculation)} "
+            f"without speculation); {self.mamba_slots} mamba slots allow {self.requests_the_slots_allow} "
+            f"running requests, the server runs at most {self.running_requests} (asked: {self.requested})"
         )
+
+
+def _size(count: int) -> str:
+    return f"{count / KIB:.1f} KiB" if count < 1024 * KIB else f"{count / KIB / KIB:.2f} MiB"
 
 
 def measure(model_runner, scratch_kind: str = "") -> RecurrentMemory | None:
