@@ -12,8 +12,11 @@ version of its filter. Penalties and grammars stay the target's alone: any q is 
 
 Memory: no [bs, B-1, V] tensor outlives the draw. The draw runs over row chunks (Gumbel-max over
 the kept set, one LM-head product a chunk); the verify keeps q(d) per draft, each row's cut and
-normaliser, and the drafter's features [bs, B-1, H], from which the one row per request that a
-rejection needs is recomputed.
+normaliser, and the drafter's features [bs, B-1, H]. From them a verify step reads the LM head's
+weight once: token by token, one [bs, H] product for the one row per request that a rejection
+needs (`rows`); as a block, one [bs * (B-1), H] product for q's rows at every position
+(`every_row`: the residual masses and the rejected position's q all slice it), alive during that
+verify only.
 
 No host reads of device data: the overlap worker draws on its drafter stream.
 """
@@ -81,6 +84,7 @@ class DraftProposal:
     features: torch.Tensor  # [bs, S, H] the drafter's features at the draft positions
     law: RowLaw  # per draft row (bs * S): the request's temperature, q's cut and normaliser
     logits_of: Callable[[torch.Tensor], torch.Tensor]  # [n, H] -> [n, V] through the LM head
+    logits: torch.Tensor | None = None  # [bs * S, V] the drafter's logits at every draft (every_row)
 
     def narrow(self, n_draft: int) -> DraftProposal:
         """The first `n_draft` positions of every request (a verify narrower than the block)."""
@@ -89,14 +93,31 @@ class DraftProposal:
             return self
         rows = torch.arange(bs * size, device=self.q_draft.device).view(bs, size)[:, :n_draft].flatten()
         law = RowLaw(self.law.temperature[rows], self.law.cut[rows], self.law.log_norm[rows])
-        return DraftProposal(self.q_draft[:, :n_draft], self.features[:, :n_draft], law, self.logits_of)
+        logits = None if self.logits is None else self.logits.index_select(0, rows)
+        return DraftProposal(
+            self.q_draft[:, :n_draft], self.features[:, :n_draft], law, self.logits_of, logits
+        )
+
+    def every_row(self) -> DraftProposal:
+        """This proposal with the drafter's logits at all its bs * S draft rows, from ONE LM-head
+        product ([bs * S, H] by the [V, H] weight: one read of it); `rows` then slices them. For a
+        verify that needs q at every position (block verification's residual masses); the
+        [bs * S, V] logits live as long as the returned proposal, the verify step."""
+        if self.logits is not None or self.q_draft.shape[1] == 0:
+            return self
+        logits = self.logits_of(self.features.flatten(0, 1))
+        return DraftProposal(self.q_draft, self.features, self.law, self.logits_of, logits)
 
     def rows(self, position: torch.Tensor, vocab: int) -> torch.Tensor:
-        """[bs, V]: q at one draft position per request (`position` [bs], each < S)."""
+        """[bs, V]: q at one draft position per request (`position` [bs], each < S): sliced from
+        `every_row`'s logits when kept, else one [bs, H] LM-head product."""
         bs, size = self.q_draft.shape
         flat = torch.arange(bs, device=position.device) * size + position
-        features = self.features[torch.arange(bs, device=position.device), position]
-        scaled = self.logits_of(features).float() / self.law.temperature[flat].unsqueeze(-1)
+        if self.logits is None:
+            logits = self.logits_of(self.features[torch.arange(bs, device=position.device), position])
+        else:
+            logits = self.logits.index_select(0, flat)
+        scaled = logits.float() / self.law.temperature[flat].unsqueeze(-1)
         return self.law.log_prob(scaled, flat).exp()
 
 
@@ -111,6 +132,9 @@ class CandidateProposal:
 
     def narrow(self, n_draft: int) -> CandidateProposal:
         return CandidateProposal(self.q_draft[:, :n_draft], self.ids[:, :n_draft], self.q[:, :n_draft])
+
+    def every_row(self) -> CandidateProposal:
+        return self  # its rows are scatters of q: no LM head
 
     def rows(self, position: torch.Tensor, vocab: int) -> torch.Tensor:
         """[bs, V]: q at one draft position per request, scattered over the vocabulary."""

@@ -52,6 +52,7 @@ def sampled_accept(
         accepted = within(accepted_prefix_length(uniform < p_draft), draft_counts)
         final = final_probs(law, logits, drafts, accepted, p_draft, draft_counts)
     elif block_verification:  # each request's block ends at its own count
+        proposal = proposal.every_row()  # q at every position: one LM-head product a verify
         weights = prefix_weights(p_draft, proposal.q_draft)
         masses = residual_masses(law, logits, proposal, weights)
         accepted = accepted_block_length(weights, masses, uniform, draft_counts)
@@ -110,7 +111,7 @@ def target_rows(law: RowLaw, logits: torch.Tensor, position: torch.Tensor, n_dra
 
 def residual_masses(law: RowLaw, logits: torch.Tensor, proposal, weights: torch.Tensor) -> torch.Tensor:
     """[bs, n]: r_i = sum_x max(w_i p_i(x) - q_i(x), 0) at block positions 1 .. n - 1 (column 0 is
-    unused), one [bs, V] row pair at a time."""
+    unused), one [bs, V] row pair at a time (q's rows sliced from `proposal.every_row()`'s logits)."""
     bs, n_draft = proposal.q_draft.shape
     masses = torch.zeros_like(proposal.q_draft)
     vocab = logits.shape[-1]

@@ -19,4 +19,5 @@ one_process.py   `make bench-one-process`: verify policies inside one server pro
                  between bursts (a process's own speed cancels out)
 machine_load.py  what else loads the machine while a level runs
 sampling_memory.py  `make bench-sampling-memory`: one sampled verify's memory at production sizes
+sampled_verify_time.py  one T > 0 verify step's CPU time per path and its drafter LM-head calls
 """
