@@ -128,6 +128,12 @@ SIGNATURES = {
         "replayssm_rawv: Optional[torch.Tensor] = None, replayssm_rawk: Optional[torch.Tensor] = None, "
         "replayssm_g: Optional[torch.Tensor] = None, replayssm_beta: Optional[torch.Tensor] = None, "
         "match_cutedsl_decode: bool = False)",
+    # A ragged TARGET_VERIFY through the GDN layers (cpu/gdn_ragged_verify.py).
+    "sglang.srt.layers.attention.linear.gdn_backend.GDNAttnBackend.forward_extend":
+        "(self, layer: sglang.srt.layers.radix_linear_attention.RadixLinearAttention, "
+        "forward_batch: sglang.srt.model_executor.forward_batch_info.ForwardBatch, "
+        "mixed_qkv: Union[torch.Tensor, Tuple[torch.Tensor, ...]], a: torch.Tensor, b: torch.Tensor, "
+        "**kwargs)",
     # ReplaySSM spec-verify ring (cpu/gdn_replayssm.py). dot_precision's default is 'tf32' where
     # SGLang finds TF32 (an Ampere or newer GPU), 'ieee' here.
     "sglang.kernels.ops.attention.linear.gdn_replayssm_spec_decode.gdn_replayssm_spec_decode":
@@ -213,6 +219,13 @@ RELIED_ON = [
     ("sglang.srt.model_executor.forward_batch_info.ForwardBatch",
      ["extend_seq_lens_cpu", "extend_prefix_lens_cpu"]),
     ("sglang.srt.mem_cache.memory_pool", ["MLATokenToKVPool"]),
+    # The ragged GDN verify (cpu/gdn_ragged_verify.py): what it calls and reads besides its target.
+    ("sglang.srt.layers.attention.linear.gdn_backend",
+     ["causal_conv1d_update", "GDNAttnBackend"]),
+    ("sglang.srt.layers.attention.linear.gdn_backend.GDNAttnBackend",
+     ["_replayssm_target_verify", "forward_metadata"]),
+    ("sglang.srt.layers.attention.linear.utils", ["select_verify_intermediate_state_indices"]),
+    ("sglang.srt.speculative.ragged_verify.RaggedVerifyLayout", ["qo_indptr_device", "verify_lens_cpu"]),
     # The prefill side reads it to choose the host-indices path (cpu/disaggregation.py).
     ("sglang.srt.disaggregation.mooncake.conn.MooncakeKVSender", ["supports_host_tensor_indices"]),
 ]  # fmt: skip

@@ -7,7 +7,8 @@ so GPU behaviour does not change. One file a kernel or a check (hooks.py is the 
     attention.py            torch_native attention: TARGET_VERIFY, sinks, MLA prefill (mla.py)
     causal_conv1d.py        Gated DeltaNet's depthwise causal conv1d; gdn.py, delta_rule.py: the
                             rest of the layer; qwen3_5_elementwise.py: its elementwise kernels;
-                            gdn_replayssm.py, gdn_replayssm_math.py: its ReplaySSM verify ring
+                            gdn_replayssm.py, gdn_replayssm_math.py: its ReplaySSM verify ring;
+                            gdn_ragged_verify.py: a ragged verify (per-request lengths) through it
     mamba_state.py          row copies between mamba state slots; mamba_policy.py: extra_buffer
     kv_pool.py              KV-pool row moves; req_to_token.py: the request -> slot table
     rotary.py, embeds.py    rotary embedding, input embeddings in the model's dtype

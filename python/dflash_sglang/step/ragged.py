@@ -15,8 +15,11 @@ which is exact at every L_i (the width's argument, docs/adaptive.md), request by
 
 Trees too, on CPU: request i verifies its tree's first L_i nodes (a smaller budget's tree, since
 best-first trees nest: tree/budgets.py), with their n_i x n_i ancestor mask (tree/verify.attach),
-and walks only them (BatchTree.truncated). Dense targets only (ragged_off_because): a hybrid
-target's recurrent verify, a GPU backend's tree mask and attention DP take one width a batch.
+and walks only them (BatchTree.truncated). Hybrid (Gated DeltaNet) targets too, on CPU with
+SGLang's ReplaySSM ring (the default for a chain): the ring verify is varlen and keeps no state per
+block position, and cpu/gdn_ragged_verify.py runs each request's own length through the conv
+update. What takes one width a batch (ragged_off_because): a hybrid target's state per block
+position, SGLang's GPU ring kernels, a GPU backend's tree mask, attention DP.
 """
 
 from __future__ import annotations
@@ -85,7 +88,9 @@ def ragged_off_because(model_runner, tree, simulated) -> str | None:
     from ..runtime import dp_attention
 
     if mambaish_config(model_runner.model_config) is not None:
-        return "a hybrid target's recurrent verify takes one width a batch"
+        hybrid = hybrid_off_because(model_runner)
+        if hybrid is not None:
+            return hybrid
     if tree is not None and str(model_runner.device) != "cpu":  # the CPU hook splits ragged masks
         return "a GPU backend's tree mask (FULL_MASK) takes one node count a batch"
     if simulated is not None:
@@ -93,3 +98,26 @@ def ragged_off_because(model_runner, tree, simulated) -> str | None:
     if dp_attention.enabled():
         return "DP ranks verify whole blocks"
     return None
+
+
+def hybrid_off_because(model_runner) -> str | None:
+    """A hybrid (Gated DeltaNet) target verifies per-request lengths only through SGLang's
+    ReplaySSM ring on a cpu server (cpu/gdn_ragged_verify.py runs each request's own length through
+    the conv update; the ring verify is varlen and keeps no state per block position)."""
+    from sglang.srt.configs.hybrid_arch import hybrid_gdn_config
+
+    # The worker is built before the pools (so no `replay_ring_length` yet): the flag that builds
+    # the ring (admission/replay_ssm.py) on a GDN target. cpu/gdn_ragged_verify.py refuses a ragged
+    # verify that reaches a pool without the ring.
+    if not replay_ring_asked_for() or hybrid_gdn_config(model_runner.model_config) is None:
+        return "a hybrid target's state per block position takes one width a batch"
+    if str(model_runner.device) != "cpu":
+        return "SGLang 0.5.23's GDN ring kernels take no ragged layout"
+    return None
+
+
+def replay_ring_asked_for() -> bool:
+    """`--enable-linear-replayssm-spec` (the default for our worker on a GDN chain)."""
+    from sglang.srt.runtime_context import get_exec
+
+    return bool(get_exec().mamba.enable_linear_replayssm_spec)
