@@ -101,6 +101,9 @@ def test_the_log_says_the_recurrent_layers_follow_the_tree(case):
     _, server = case
     log = server.log_path.read_text()
     assert "DFLASH tree verification: the" in log and "the recurrent layers follow its parent links" in log
+    # no ReplaySSM ring for a tree: the startup line says what a request slot holds instead, and why
+    assert "verify scratch: a state per tree node (SGLang's ring verify replays a chain" in log
+    assert "GDN ReplaySSM ring buffers allocated" not in log
 
 
 def test_greedy_equals_the_target_alone_and_the_oracles_steps(case, pair, expected):

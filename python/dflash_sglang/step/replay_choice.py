@@ -53,10 +53,10 @@ def scratch_words(ring_on: bool, trees: bool, server_args, hf_config) -> str:
     """The startup log's words for what the verify keeps, and why."""
     if ring_on:
         return f"SGLang's ReplaySSM ring, folded every commit ({REPLAY_ENV}=0: a state per block position)"
+    if trees:  # SGLang's ring verify reads no parent pointers: a node needs its own state
+        return "a state per tree node (SGLang's ring verify replays a chain, not a tree)"
     if replay_switch() is False:
         why = f"{REPLAY_ENV}=0"
-    elif trees:
-        why = "a draft tree: the ring verify replays a chain"
     else:
         why = replay_off_because(server_args, hf_config) or "--enable-linear-replayssm-spec off"
     return f"a state per block position ({why})"

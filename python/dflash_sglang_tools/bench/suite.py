@@ -32,7 +32,7 @@ from dflash_sglang.drafter.config import DFlashConfig
 
 from ..testing.server import CPU_ARGS, ServerError, SGLangServer
 from ..testing.tiny_dense import TinyShape, write_tiny_pair
-from . import report
+from . import hybrid_variants, report
 from .cli import concurrency_list
 from .client import Sampling
 from .level_stats import merge_repeats
@@ -186,7 +186,7 @@ DFLASH2_VARIANTS = [
 
 # Output name -> its variants (the first is the baseline) and its markers in docs/benchmarks.md.
 RUNS = {"tiny-cpu": VARIANTS, "tiny-cpu-tp2": TP2_VARIANTS, "tiny-cpu-tree": TREE_VARIANTS,
-        "tiny-cpu-hybrid-tree": HYBRID_TREE_VARIANTS,
+        "tiny-cpu-hybrid-tree": HYBRID_TREE_VARIANTS, "tiny-cpu-hybrid": hybrid_variants.variants(Variant),
         "tiny-cpu-t0.6": SAMPLED_VARIANTS, "tiny-cpu-t1.0": SAMPLED_VARIANTS,
         "tiny-cpu-t1.0-whole": WHOLE_BLOCK_SAMPLED_VARIANTS,
         "tiny-cpu-dflash2-t0.6": DFLASH2_VARIANTS, "tiny-cpu-dflash2-t1.0": DFLASH2_VARIANTS}  # fmt: skip
@@ -195,7 +195,7 @@ TEMPERATURE = {"tiny-cpu-t0.6": 0.6, "tiny-cpu-t1.0": 1.0, "tiny-cpu-t1.0-whole"
 # (the other runs are greedy)
 MARKERS = {
     "tiny-cpu": "make bench", "tiny-cpu-tp2": "make bench tp2", "tiny-cpu-tree": "make bench tree",
-    "tiny-cpu-hybrid-tree": "make bench hybrid tree",
+    "tiny-cpu-hybrid-tree": "make bench hybrid tree", "tiny-cpu-hybrid": "make bench hybrid",
     "tiny-cpu-t0.6": "make bench t0.6", "tiny-cpu-t1.0": "make bench t1.0",
     "tiny-cpu-t1.0-whole": "make bench t1.0 whole blocks",
     "tiny-cpu-dflash2-t0.6": "make bench dflash2 t0.6", "tiny-cpu-dflash2-t1.0": "make bench dflash2 t1.0",
@@ -312,6 +312,10 @@ def main(argv=None) -> int:
                 run_pair = hybrid_pair()
                 run_prompts = take(load_prompts("tiny", pair_dir=run_pair), args.num_prompts)
                 run_dataset = f"tiny: random Qwen3.5-style hybrid pair {run_pair} (hot tokens 3, block 8)"
+            if name == "tiny-cpu-hybrid":
+                run_pair = hybrid_variants.HYBRID_PAIR_DIR
+                run_prompts = take(load_prompts("tiny", pair_dir=run_pair), args.num_prompts)
+                run_dataset = f"tiny: {describe_tiny(run_pair)}; the trained hybrid pair {run_pair.name}"
             sampling = Sampling(args.max_tokens, TEMPERATURE.get(name, 0.0))
             run = new_run(run_dataset, len(run_prompts), sampling, args.concurrency, RUNS[name][0].label)
             run.repeats = args.repeats

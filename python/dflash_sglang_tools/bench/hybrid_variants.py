@@ -1,0 +1,42 @@
+"""`make bench`'s runs on the trained tiny hybrid pair (assets/tiny-hybrid-pair: a Qwen3.5-style
+target, Gated DeltaNet with full attention every fourth layer, and its DFlash drafter).
+
+What the run answers (docs/hybrid.md): tokens/s at concurrency 1, 8 and 32 against no
+speculation, for the verify through SGLang's ReplaySSM ring (the default on a GDN chain) against a
+state per block position (`DFLASH_SGLANG_REPLAY_SSM=0`, what the worker did before), against
+whole blocks, and SGLang's built-in worker (which keeps a state per position: SGLang refuses it the
+ring on a GDN target). Float32 conv state (exact), extra_buffer, 256 mamba slots: 51 running
+requests, so concurrency 32 is not capped by slots.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+HYBRID_PAIR_DIR = Path(__file__).resolve().parents[2] / "dflash_sglang" / "assets" / "tiny-hybrid-pair"
+ENV = {"SGLANG_MAMBA_CONV_DTYPE": "float32"}
+ARGS = ("--max-mamba-cache-size", "256", "--mamba-scheduler-strategy", "extra_buffer")
+OVERLAP = {"SGLANG_ENABLE_SPEC_V2": "1"}
+SNAPSHOTS = {"DFLASH_SGLANG_REPLAY_SSM": "0"}
+WHOLE = {"DFLASH_SGLANG_ADAPTIVE_WIDTH": "0"}
+ONE_WIDTH = {"DFLASH_SGLANG_REQUEST_LENGTHS": "0"}
+
+
+def variants(variant_class) -> list:
+    """The run's servers (no speculation first), as the suite's Variant class."""
+
+    def make(label, speculative, env, notes, block=None):
+        return variant_class(label, speculative, {**ENV, **env}, notes, block, ARGS)
+
+    return [
+        make("no-spec", False, {}, "plain decoding (the baseline)"),
+        make("ring", True, OVERLAP, "our overlap worker as launched: the ReplaySSM ring, the adaptive width"),
+        make("ring, one width a batch", True, {**OVERLAP, **ONE_WIDTH},
+             "the same, DFLASH_SGLANG_REQUEST_LENGTHS=0"),
+        make("ring, whole blocks", True, {**OVERLAP, **WHOLE}, "the same, DFLASH_SGLANG_ADAPTIVE_WIDTH=0"),
+        make("state per position", True, {**OVERLAP, **SNAPSHOTS},
+             "our overlap worker, DFLASH_SGLANG_REPLAY_SSM=0 (before the ring)"),
+        make("sglang built-in", True, {**OVERLAP, "DFLASH_SGLANG_WORKER": "builtin"},
+             "DFLASH_SGLANG_WORKER=builtin (a state per block position)"),
+        make("ring b16", True, OVERLAP, "our overlap worker, the ring, block 16", 16),
+    ]  # fmt: skip
