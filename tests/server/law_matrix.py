@@ -59,6 +59,7 @@ PATHS = {
     "hybrid extra_buffer_lazy, overlap worker, width cycle": "test_hybrid_worker.py",
     "hybrid no_buffer, plain worker, width cycle": "test_hybrid_worker.py",
     "hybrid draft window 12, overlap worker": "test_hybrid_worker.py",
+    "hybrid, forced per-request lengths, overlap worker": "test_hybrid_request_lengths.py",
     "draft window, plain worker": "test_draft_window.py",
     "draft window, sliding drafter, overlap worker, width cycle": "test_draft_window.py",
     "TP=2, overlap worker": "test_tp.py",

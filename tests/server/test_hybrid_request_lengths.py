@@ -31,9 +31,11 @@ from .hybrid import (
     TRACK_INTERVAL,
     generate,
     greedy,
+    load_target,
     make_hybrid_pair,
     prompts,
 )
+from .law_matrix import assert_every_setting_follows_the_law
 
 CYCLE = "8,1,4,2,8,3,1,6"
 WORKERS = {
@@ -91,3 +93,14 @@ def test_the_ragged_steps_ran(case):
         generate(server, ids)
     log = server.log_path.read_text()
     assert "per-request lengths in" in log and "(request-steps by length)" in log
+
+
+@pytest.mark.parametrize("case", ["overlap"], indirect=True)
+def test_the_sampled_law_through_ragged_replayed_commits(case):
+    """law_matrix.SETTINGS in one mixed batch on the overlap worker: every request's accepted
+    records, at its own length, folded into its state; each setting against the target's law and
+    its control."""
+    pair, server, _ = case
+    assert_every_setting_follows_the_law(
+        "hybrid, forced per-request lengths, overlap worker", server, load_target(pair.target), prompts()
+    )

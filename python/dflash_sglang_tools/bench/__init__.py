@@ -10,6 +10,7 @@ plots.py         PNG plots
 runner.py        one server over the concurrency levels; a run's files
 cli.py           the command line
 suite.py         `make bench`: the tiny pair's servers on CPU, one at a time
+hybrid_variants.py  `make bench`'s run on the trained tiny hybrid pair (the ReplaySSM ring against the rest)
 tiny_prompts.py  the embedded pair's held-out prompts
 adaptive.py      `make bench-adaptive`: the adaptive width under load, simulated acceptance
 first_burst.py   `make bench-first-burst`: a new server's first bursts against its steady state
