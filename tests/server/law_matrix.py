@@ -51,7 +51,6 @@ PATHS = {
     "tree, adaptive per-request budgets": "test_tree_widths.py",
     "chain, forced per-request lengths": "test_verify_width.py",
     "chain, adaptive width (per-request lengths)": "test_verify_width.py",
-    "hybrid extra_buffer, overlap worker": "test_hybrid_worker.py",
     "hybrid extra_buffer, overlap worker, constant drafts": "test_hybrid_worker.py",
     "hybrid tree 16 nodes, extra_buffer, overlap worker": "test_hybrid_tree.py",
     "hybrid tree 32 nodes, no_buffer, plain worker": "test_hybrid_tree.py",

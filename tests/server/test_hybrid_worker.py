@@ -1,8 +1,6 @@
 """Our workers on the tiny Qwen3.5-style hybrid target (linear attention + full attention) on
 `--device cpu`, float32, against transformers' greedy decoding of the target alone:
 
-- overlap worker, `extra_buffer` (through the seed cards' `--mamba-scheduler-strategy`), radix
-  cache on, track interval 64 so the tracked boundaries fall inside accepted spans, block 8;
 - plain worker, `no_buffer`, radix cache on, block 4, the verify width forced through 4,1,3,2,4,1;
 - overlap worker, `extra_buffer`, radix cache off, block 16, on a target with one hot token (the
   longest accepted runs);
@@ -11,6 +9,8 @@
 - overlap worker, `extra_buffer_lazy`, radix cache on, block 8, widths forced through 8,1,4,2,8,3,1,6;
 - overlap worker, `extra_buffer`, track interval = block 8, on a target whose drafts are always
   accepted (its LM head is zero).
+(The overlap worker with `extra_buffer`, radix cache on and block 8 runs in
+test_hybrid_request_lengths.py, at forced per-request lengths, and in test_tp.py at TP=2.)
 
 Each: prompts one at a time and concurrently equal the reference, also with an all-NaN drafter
 swapped in (greedy exact, sampling law-exact; test_any_drafter.py covers more broken drafters on
@@ -77,7 +77,6 @@ SNAPSHOTS = {**OVERLAP, REPLAY_ENV: "0"}
 # every width, plain decoding (width 1) included.
 CYCLE_4, CYCLE_8 = {WIDTHS_ENV: "4,1,3,2,4,1"}, {WIDTHS_ENV: "8,1,4,2,8,3,1,6"}
 CASES = {
-    "overlap-extra_buffer-radix-b8": (OVERLAP, EXTRA_BUFFER, 8, 3),
     "plain-no_buffer-radix-b4-widths": ({**PLAIN, **CYCLE_4}, NO_BUFFER, 4, 3),
     "overlap-extra_buffer-noradix-b16": (OVERLAP, [*EXTRA_BUFFER, "--disable-radix-cache"], 16, 1),
     "overlap-extra_buffer-radix-w12-b4-snapshots": (SNAPSHOTS, [*EXTRA_BUFFER, *WINDOW_12], 4, 3),
@@ -134,7 +133,6 @@ def test_extending_a_finished_request_reuses_its_state_exactly(case):
 
 
 LAW_PATHS = {
-    "overlap-extra_buffer-radix-b8": "hybrid extra_buffer, overlap worker",
     "plain-no_buffer-radix-b4-widths": "hybrid no_buffer, plain worker, width cycle",
     "overlap-extra_buffer-noradix-b16": "hybrid extra_buffer, no radix cache, block 16, overlap worker",
     "overlap-extra_buffer-radix-w12-b4-snapshots": "hybrid draft window 12, overlap worker",
