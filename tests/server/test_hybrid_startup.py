@@ -27,6 +27,22 @@ CASES = {
         {},
         ["--speculative-draft-window-size must be >=", "window_size=4, block_size=8"],
     ),
+    # The ReplaySSM ring (the default on a GDN chain): where our worker cannot take it, named.
+    "ring-insisted-on-a-tree": (
+        ["--speculative-eagle-topk", "4", "--speculative-num-draft-tokens", "16"],
+        {"DFLASH_SGLANG_REPLAY_SSM": "1"},
+        ["DFlashConfigError", "DFLASH_SGLANG_REPLAY_SSM=1", "a draft tree"],
+    ),
+    "ring-under-pd": (
+        ["--enable-linear-replayssm-spec", "--disaggregation-mode", "decode"],
+        {},
+        ["DFlashConfigError", "--enable-linear-replayssm-spec", "--disaggregation-mode decode"],
+    ),
+    "ring-switch-misspelt": (
+        [],
+        {"DFLASH_SGLANG_REPLAY_SSM": "ring"},
+        ["DFlashConfigError", "DFLASH_SGLANG_REPLAY_SSM='ring'"],
+    ),
 }  # fmt: skip
 
 

@@ -59,7 +59,14 @@ def replay_by_default(server_args, hf_config):
     from sglang.srt.arg_groups.overrides import declare_resolution, resolving_view
 
     cfg = resolving_view(server_args)
-    if (cfg.speculative_algorithm or "").upper() != "DFLASH" or cfg.enable_linear_replayssm_spec:
+    if (cfg.speculative_algorithm or "").upper() != "DFLASH":
+        return None
+    if cfg.enable_linear_replayssm_spec:  # given: SGLang validates it, except what is ours to refuse
+        if cfg.disaggregation_mode != "null":
+            raise DFlashConfigError(
+                f"--enable-linear-replayssm-spec with --disaggregation-mode {cfg.disaggregation_mode}: "
+                "our worker's replayed commit is not tested on a PD server's pools; drop the flag"
+            )
         return None
     switch = replay_switch()
     if switch is False:
