@@ -4,7 +4,8 @@
         "tests/server/test_worker.py::test_the_sampled_law_with_real_filters"
 
 The copy lives in a temporary folder removed afterwards; SGLang's server processes inherit
-PYTHONPATH, so the plugin they load is the planted one. `--list` names the bugs.
+PYTHONPATH, so the plugin they load is the planted one. `--list` names the bugs (policy_bugs.py's
+too: they plant the same way).
 """
 
 from __future__ import annotations
@@ -20,8 +21,10 @@ from pathlib import Path
 import dflash_sglang
 
 from .bugs import BUGS, Bug
+from .policy_bugs import POLICY_BUGS
 
 PACKAGE = Path(dflash_sglang.__file__).resolve().parent
+PLANTABLE = {**BUGS, **POLICY_BUGS}
 
 
 def planted_copy(bug: Bug, root: Path) -> Path:
@@ -39,7 +42,7 @@ def planted_copy(bug: Bug, root: Path) -> Path:
 
 def run_planted(name: str, command: list[str], stdout=None) -> int:
     with tempfile.TemporaryDirectory(prefix=f"planted-{name}-") as folder:
-        root = planted_copy(BUGS[name], Path(folder))
+        root = planted_copy(PLANTABLE[name], Path(folder))
         path = os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))
         env = {**os.environ, "PLANTED_BUG": name, "PYTHONPATH": path}
         return subprocess.call(command, env=env, stdout=stdout, stderr=subprocess.STDOUT if stdout else None)
@@ -47,12 +50,12 @@ def run_planted(name: str, command: list[str], stdout=None) -> int:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("bug", nargs="?", choices=sorted(BUGS))
+    parser.add_argument("bug", nargs="?", choices=sorted(PLANTABLE))
     parser.add_argument("command", nargs=argparse.REMAINDER)
     parser.add_argument("--list", action="store_true")
     args = parser.parse_args(argv)
     if args.list or not args.bug:
-        for name, bug in BUGS.items():
+        for name, bug in PLANTABLE.items():
             print(f"{name:28s} {bug.paths:14s} {bug.what}")
         return 0
     command = args.command[1:] if args.command[:1] == ["--"] else args.command

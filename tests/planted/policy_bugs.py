@@ -1,0 +1,141 @@
+"""Planted bugs of the adaptive verify-width policy (width/, its seams in step/ and sampling/).
+
+The policy decides how many drafts each request verifies; whatever it decides, the step stays
+exact (the target verifies what it is given, the commit keeps the longest correct prefix), so no
+lossless or law test can see a bug of its wiring: a server with one of these bugs emits the same
+tokens, only slower. Each is an edit of one file of the package, planted as bugs.py's are
+(plant.py), and each is caught by an engine-free test (`caught_by`, pytest node ids from the
+repository's root; docs/reliability.md's "Planted policy bugs" table). The exception that proves
+the rule is `narrow_wrong_rows`: q's rows of other requests break the sampled law too.
+tests/test_policy_bugs.py checks that every edit still finds its text, and plants one.
+"""
+
+from __future__ import annotations
+
+from .bugs import Bug
+
+VERIFY_WIDTH = "width/verify_width.py"
+
+POLICY_BUGS = {
+    "ragged_verify_off": Bug(
+        "step/verifying.py",
+        "lengths = self.widths.lengths  # per-request lengths, or None: the whole block for all",
+        "lengths = None  # (planted) per-request lengths ignored by the verify",
+        "per-request lengths switched off in the verify: every request verifies the step's longest length",
+        "chain, tree (per-request lengths)",
+    ),
+    "recorded_at_batch_width": Bug(
+        VERIFY_WIDTH,
+        "self.acceptance.verified(batch.reqs, width, self.lengths.lengths)",
+        "self.acceptance.verified(batch.reqs, width)",
+        "a ragged step's acceptance recorded against the batch width, not each request's own length",
+        "chain, tree (per-request lengths)",
+    ),
+    "probes_overwritten_by_lengths": Bug(
+        VERIFY_WIDTH,
+        "if self.per_request and width == ranked[0].width:  # not exploring: each its own",
+        "if self.per_request:  # (planted) exploring steps too",
+        "exploring and first-burst (widest) steps overwritten by per-request lengths",
+        "chain, tree (per-request lengths)",
+    ),
+    "pool_never_forgets": Bug(
+        "width/policy.py",
+        "return 0.5 ** (1 / POOL_HALF_LIFE)",
+        "return 1.0",
+        "the pooled acceptance (a new request's prior) never forgets: POOL_HALF_LIFE ignored",
+        "chain, tree (adaptive)",
+    ),
+    "never_explores": Bug(
+        VERIFY_WIDTH,
+        "elif self.steps >= self.next_explore:",
+        "elif self.steps >= self.next_explore + 10**9:",
+        "an exploring step never taken: a policy settled on plain decoding never sees drafts again",
+        "chain, tree (adaptive)",
+    ),
+    "signal_only_with_metrics": Bug(
+        VERIFY_WIDTH,
+        "self.signal = WidthSignal(metrics, tp_rank) if self.adaptive else None",
+        "self.signal = WidthSignal(metrics, tp_rank) if self.adaptive and metrics else None",
+        "the width signal never fires without --enable-metrics: no warning of plain decoding",
+        "chain, tree (adaptive)",
+    ),
+    "partial_steps_timed_as_uniform": Bug(
+        VERIFY_WIDTH,
+        "drafted = len(rows) if self.partial_drafter and rows is not None else None",
+        "drafted = None",
+        "a ragged step drafting part of the batch timed as a uniform step (its curves priced too low)",
+        "chain (partial drafter)",
+    ),
+    "lagged_pairing_newest_first": Bug(
+        "width/observations.py",
+        "width = pending.popleft() if pending else self.positions + 1",
+        "width = pending.pop() if pending else self.positions + 1",
+        "a request's accepted drafts paired with the newest width verified, not the oldest (overlap lag)",
+        "chain (adaptive)",
+    ),
+    "fixed_width_unpaired": Bug(
+        VERIFY_WIDTH,
+        "                self.acceptance.profiles(batch.reqs)\n"
+        "                self.acceptance.verified(batch.reqs, width)\n",
+        "                self.acceptance.profiles(batch.reqs)\n",
+        "a fixed narrow width (/set_internal_state) leaves its steps unpaired: they count as the widest's",
+        "chain, tree (runtime switch)",
+    ),
+    "narrow_wrong_rows": Bug(
+        "sampling/sampled_drafts.py",
+        "rows = torch.arange(bs * size, device=self.q_draft.device).view(bs, size)[:, :n_draft].flatten()",
+        "rows = torch.arange(bs * n_draft, device=self.q_draft.device)",
+        "DraftProposal.narrow(k) takes q's first bs * k rows (other requests' positions), not each "
+        "request's first k (this one breaks the sampled law as well)",
+        "sampled chain (adaptive)",
+    ),
+}
+
+# The engine-free tests that fail with each bug planted (and pass without): pytest node ids.
+SEAMS = "tests/test_policy_seams.py"
+CAUGHT_BY = {
+    "ragged_verify_off": [f"{SEAMS}::test_a_ragged_step_reaches_the_target_as_each_requests_own_positions"],
+    "recorded_at_batch_width": [f"{SEAMS}::test_a_ragged_step_is_recorded_at_each_requests_own_length"],
+    "probes_overwritten_by_lengths": [
+        f"{SEAMS}::test_with_per_request_lengths_a_new_batch_size_still_verifies_the_widest_first",
+        f"{SEAMS}::test_with_per_request_lengths_plain_decoding_still_explores",
+    ],
+    "pool_never_forgets": [
+        "tests/test_verify_width.py::test_the_pooled_acceptance_forgets_a_drafter_that_stopped_fitting"
+    ],
+    "never_explores": [
+        "tests/test_verify_width.py::test_adaptive_explores_one_width_wider_every_so_often",
+        f"{SEAMS}::test_with_per_request_lengths_plain_decoding_still_explores",
+    ],
+    "signal_only_with_metrics": [f"{SEAMS}::test_a_server_without_metrics_warns_of_plain_decoding"],
+    "partial_steps_timed_as_uniform": [
+        f"{SEAMS}::test_a_partial_step_is_timed_apart_from_the_uniform_curves"
+    ],
+    "lagged_pairing_newest_first": [
+        "tests/test_width_stats.py::test_histogram_entries_pair_with_the_widths_they_were_verified_at"
+    ],
+    "fixed_width_unpaired": [
+        "tests/test_runtime_policy.py::test_a_fixed_width_neither_chooses_nor_times_nor_learns_and_0_resumes_the_policy"
+    ],
+    "narrow_wrong_rows": [f"{SEAMS}::test_narrow_keeps_each_requests_first_k_positions"],
+}
+
+
+def main() -> int:
+    """Plant every policy bug and run the tests that should catch it: each run must fail."""
+    import subprocess
+    import sys
+
+    missed = []
+    for name in POLICY_BUGS:
+        for node in CAUGHT_BY[name]:
+            command = [sys.executable, "-m", "tests.planted.plant", name, "--"]
+            command += [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", node]
+            rc = subprocess.call(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            print(f"{name:32s} {'caught' if rc == 1 else f'NOT CAUGHT (rc {rc})':18s} {node}", flush=True)
+            missed += [] if rc == 1 else [(name, node)]
+    return 1 if missed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

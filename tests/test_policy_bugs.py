@@ -1,0 +1,52 @@
+"""The planted policy bugs (tests/planted/policy_bugs.py) stay able to plant, each names the
+engine-free tests that catch it, and one is planted here and caught (the rest: docs/reliability.md,
+"Planted policy bugs", which says how to run them all)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.planted.bugs import BUGS
+from tests.planted.plant import PACKAGE, planted_copy
+from tests.planted.policy_bugs import CAUGHT_BY, POLICY_BUGS
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize("name", sorted(POLICY_BUGS))
+def test_every_policy_bug_still_finds_the_code_it_edits(name, tmp_path):
+    bug = POLICY_BUGS[name]
+    original = (PACKAGE / bug.file).read_text()
+    assert original.count(bug.old) == 1, f"{name}: {bug.file} changed; update policy_bugs.py"
+    planted = (planted_copy(bug, tmp_path) / "dflash_sglang" / bug.file).read_text()
+    assert planted == original.replace(bug.old, bug.new) != original
+
+
+def test_every_policy_bug_names_engine_free_tests_that_exist():
+    assert set(CAUGHT_BY) == set(POLICY_BUGS) and not set(POLICY_BUGS) & set(BUGS)
+    for name, nodes in CAUGHT_BY.items():
+        assert nodes, name
+        for node in nodes:
+            path, test = node.split("::")
+            assert not path.startswith("tests/server/"), f"{name}: {node} starts a server"
+            assert f"def {test}(" in (ROOT / path).read_text(), f"{name}: {node} not found"
+
+
+def run_planted(name: str, node: str) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "tests.planted.plant", name, "--"]
+    command += [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", node]
+    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+
+def test_a_planted_policy_bug_is_caught():
+    """The overlap loop's lag: a request's accepted drafts paired with the newest width it was
+    verified at instead of the oldest. Every output stays exact; the pairing test fails."""
+    name = "lagged_pairing_newest_first"
+    (node,) = CAUGHT_BY[name]
+    result = run_planted(name, node)
+    assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]  # 1: a test failed
+    assert "AssertionError" in result.stdout or "assert" in result.stdout, result.stdout[-3000:]
