@@ -89,17 +89,16 @@ class RecurrentStateCommit:
             backend, "update_mamba_state_after_mtp_verify"
         )
         self.ring_length = replay_ring_length(model_runner) if self.active else None
+        self.memory = None  # what a request's recurrent state costs (step/recurrent_memory.py)
+        if not self.active:
+            return
         if self.ring_length is not None:
             refuse_what_the_ring_cannot_verify(self.ring_length, widest, trees)
-        self.memory = None
-        if self.active:
-            ring_on = self.ring_length is not None
-            words = scratch_words(
-                ring_on, trees, model_runner.server_args, model_runner.model_config.hf_config
-            )
-            self.memory = recurrent_memory.report(model_runner, ring_on, words)
+        hf_config = model_runner.model_config.hf_config
+        words = scratch_words(self.ring_length is not None, trees, model_runner.server_args, hf_config)
+        self.memory = recurrent_memory.report(model_runner, self.ring_length is not None, words)
         linear = getattr(backend, "linear_attn_backend", None)
-        if self.active and trees and linear is not None:  # any value > 1: it only asks "a tree?"
+        if trees and linear is not None:  # any value > 1: it only asks "a tree?"
             linear.topk = max(linear.topk, 2)
 
     def __call__(self, batch, pre, post, accepted: torch.Tensor, path_rows: torch.Tensor | None = None):
