@@ -104,7 +104,8 @@ def test_a_requests_recurrent_memory_and_when_slots_bound_the_requests():
     assert memory.requests_the_slots_allow == 16 and memory.slots_bound_the_requests
     assert memory.slot_ratio == (57 + 414) / 57
     words = memory.describe()
-    assert "of a request slot 471.0 KiB under DFLASH" in words and "57.0 KiB without speculation (8.26x)" in words
+    assert "of a request slot 471.0 KiB under DFLASH" in words
+    assert "57.0 KiB without speculation (8.26x)" in words
     assert "holds 4 mamba slot(s) and its scratch, 642.0 KiB (228.0 KiB without speculation)" in words
     roomy = RecurrentMemory(57 * kib, 0, 4, 256, 48, 48, "x")  # KV (or the request) binds, not slots
     assert not roomy.slots_bound_the_requests
