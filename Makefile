@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: install system-libs test test-fast lint serve demo bench bench-adaptive bench-first-burst bench-mixed bench-one-process bench-sampled-drafts bench-sampling-memory tiny-pair tiny-dflash2 gpu-check soak planted law-power
+.PHONY: install system-libs test test-fast lint serve serve-hybrid demo bench bench-adaptive bench-first-burst bench-mixed bench-one-process bench-sampled-drafts bench-sampling-memory tiny-pair tiny-hybrid-pair tiny-dflash2 gpu-check soak planted law-power
 
 install: system-libs
 	python3 -m venv $(VENV)
@@ -36,6 +36,11 @@ lint:
 
 serve:
 	launch/tiny-cpu.sh
+
+# The same with the embedded tiny hybrid pair (Qwen3.5-style target: Gated DeltaNet + attention);
+# `make demo` against it starts its no-spec server with the same mamba flags (demo.py).
+serve-hybrid:
+	launch/tiny-hybrid-cpu.sh
 
 # The model cards' chat completion against `make serve` (127.0.0.1:30000), then the same request
 # on a no-spec server of the same target that the demo starts and stops (docs/benchmarks.md).
@@ -97,6 +102,10 @@ bench-sampling-memory:
 # a CPU core. The script's --stage target, then --stage drafter, splits it in two.
 tiny-pair:
 	$(PY) -m dflash_sglang_tools.train.tiny_pair --out python/dflash_sglang/assets/tiny-pair
+
+# The same recipe on a tiny Qwen3.5-style hybrid target (train/tiny_hybrid_pair.py).
+tiny-hybrid-pair:
+	OMP_NUM_THREADS=1 $(PY) -m dflash_sglang_tools.train.tiny_hybrid_pair --out python/dflash_sglang/assets/tiny-hybrid-pair
 
 # DFlash2: a candidate selector trained on the embedded drafter (train/dflash2_selector.py).
 tiny-dflash2:

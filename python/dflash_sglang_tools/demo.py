@@ -13,12 +13,16 @@ the acceptance length is pooled over the repeats, and every repeat must give the
 one slow moment on a shared machine does not decide the ratio.
 Without --baseline-url the demo starts its own no-spec server of the same target: the DFLASH
 server's own launch command (from /server_info) without its --speculative-* flags, on a free port
-from 30001, and stops it afterwards. At temperature 0 both replies must be the same text.
+from 30001, and stops it afterwards. At temperature 0 both replies must be the same text. A hybrid
+target's (`make serve-hybrid`) mamba flags come with that command; its float32 conv state, an
+environment variable, is set for it here (SGLANG_MAMBA_CONV_DTYPE, float32 unless set).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import shlex
 import sys
 import time
@@ -105,6 +109,16 @@ def show(title: str, result: dict, print_text: bool = True) -> None:
     print(f"{speed}; {accept}{same}")
 
 
+def is_hybrid(model_path) -> bool:
+    """A target with linear attention layers (Qwen3.5-style), from its config.json if local."""
+    path = Path(model_path) / "config.json"
+    if not path.is_file():
+        return False
+    config = json.loads(path.read_text())
+    config = config.get("text_config", config)
+    return "linear_attention" in (config.get("layer_types") or []) or "full_attention_interval" in config
+
+
 def no_spec_server(url: str) -> SGLangServer:
     info = get_json(f"{url}/server_info")
     if not info.get("launch_command"):
@@ -114,7 +128,11 @@ def no_spec_server(url: str) -> SGLangServer:
     # A relative model path is relative to where `make serve` ran: here, and not the server's cwd.
     model = Path(info["model_path"])
     model = model.resolve() if model.exists() else info["model_path"]
-    return SGLangServer(model, plain_args(info["launch_command"]), base_args=(), port_range=NO_SPEC_PORTS)
+    # launch/tiny-hybrid-cpu.sh exports it; the demo may run in another shell.
+    conv_dtype = os.environ.get("SGLANG_MAMBA_CONV_DTYPE", "float32")
+    env = {"SGLANG_MAMBA_CONV_DTYPE": conv_dtype} if is_hybrid(model) else {}
+    args = plain_args(info["launch_command"])
+    return SGLangServer(model, args, env=env, base_args=(), port_range=NO_SPEC_PORTS)
 
 
 def main(argv=None) -> int:

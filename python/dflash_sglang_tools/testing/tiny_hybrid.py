@@ -49,21 +49,18 @@ class HybridShape(TinyShape):
         return tuple(round(i * last / (self.num_features - 1)) for i in range(self.num_features))
 
 
-def tiny_hybrid_target(
-    shape: HybridShape = HybridShape(), seed: int = 0, vocab_size: int | None = None, eos_token_id=None
-) -> Qwen3_5ForCausalLM | Qwen3_5MoeForCausalLM:
+def hybrid_target_config(shape: HybridShape, vocab_size: int, eos_token_id=None):
+    """The text config of `shape`'s target (`Qwen3_5TextConfig`, or the MoE one with experts)."""
     moe = dict(
         num_experts=shape.experts,
         num_experts_per_tok=2,
         moe_intermediate_size=shape.intermediate_size // 2,
         shared_expert_intermediate_size=shape.intermediate_size // 2,
     )
-    config_class, model_class = (Qwen3_5MoeTextConfig, Qwen3_5MoeForCausalLM) if shape.experts else (
-        Qwen3_5TextConfig, Qwen3_5ForCausalLM
-    )  # fmt: skip
-    config = config_class(
+    config_class = Qwen3_5MoeTextConfig if shape.experts else Qwen3_5TextConfig
+    return config_class(
         **(moe if shape.experts else {"intermediate_size": shape.intermediate_size}),
-        vocab_size=vocab_size or shape.vocab_size or 512,
+        vocab_size=vocab_size,
         hidden_size=shape.hidden_size,
         num_hidden_layers=shape.target_layers,
         num_attention_heads=shape.heads,
@@ -80,11 +77,28 @@ def tiny_hybrid_target(
         eos_token_id=eos_token_id,
         dtype="float32",
     )
-    model = model_class(config)
+
+
+def hybrid_target_class(shape: HybridShape) -> type:
+    return Qwen3_5MoeForCausalLM if shape.experts else Qwen3_5ForCausalLM
+
+
+def tiny_hybrid_target(
+    shape: HybridShape = HybridShape(), seed: int = 0, vocab_size: int | None = None, eos_token_id=None
+) -> Qwen3_5ForCausalLM | Qwen3_5MoeForCausalLM:
+    config = hybrid_target_config(shape, vocab_size or shape.vocab_size or 512, eos_token_id)
+    model = hybrid_target_class(shape)(config)
     _init_(model, shape.init_std, torch.Generator().manual_seed(seed))
     with torch.no_grad():
         model.lm_head.weight[shape.hot_token_ids()] *= 20
     return model.eval()
+
+
+def save_hybrid_target(target, tokenizer, target_dir: Path, interval: int) -> None:
+    """The target and its tokenizer in the format SGLang loads (`full_attention_interval` kept)."""
+    target.save_pretrained(target_dir)
+    tokenizer.save_pretrained(target_dir)
+    keep_full_attention_interval(target_dir, interval)
 
 
 def keep_full_attention_interval(target_dir: Path, interval: int) -> None:
@@ -103,9 +117,7 @@ def write_tiny_hybrid_pair(
     vocab = shape.vocab_size or -(-len(tokenizer) // 64) * 64
     target = tiny_hybrid_target(shape, seed, vocab_size=vocab, eos_token_id=tokenizer.eos_token_id)
     target.generation_config.eos_token_id = tokenizer.eos_token_id
-    target.save_pretrained(root / "target")
-    tokenizer.save_pretrained(root / "target")
-    keep_full_attention_interval(root / "target", shape.full_attention_interval)
+    save_hybrid_target(target, tokenizer, root / "target", shape.full_attention_interval)
     mask_id = tokenizer.convert_tokens_to_ids(MASK_TOKEN)
     draft = tiny_draft(
         target.config,

@@ -11,6 +11,7 @@
     recipe.py      the recipe: drafter config for a target, train_drafter
     causal_lm.py   next-token training (the tiny target)
     tiny_pair.py   the deterministic script behind `make tiny-pair`
+    tiny_hybrid_pair.py  the same recipe on a Qwen3.5-style hybrid target (`make tiny-hybrid-pair`)
     sampled_acceptance.py  tokens a step with point against sampled drafts (`make bench-sampled-drafts`)
     dflash2_selector.py  DFlash2's candidate selector trained on the pair's drafter (`make tiny-dflash2`)
 """

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import jinja2
 import torch
-from transformers import AutoTokenizer, Qwen3Config, Qwen3ForCausalLM
+from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen3Config, Qwen3ForCausalLM
 
 from dflash_sglang.drafter.model import DFlashDraftModel
 from dflash_sglang_tools import EMBEDDED_PAIR
@@ -130,9 +130,27 @@ def make_target(plan: Plan, tokenizer) -> Qwen3ForCausalLM:
     return model
 
 
-def build(out: Path, plan: Plan = Plan(), stages: tuple[str, ...] = STAGES) -> dict | None:
+def save_target(target, tokenizer, target_dir: Path) -> None:
+    target.save_pretrained(target_dir)
+    tokenizer.save_pretrained(target_dir)
+
+
+def load_target(target_dir: Path):
+    return AutoModelForCausalLM.from_pretrained(target_dir, dtype=torch.float32).eval()
+
+
+def build(
+    out: Path,
+    plan: Plan = Plan(),
+    stages: tuple[str, ...] = STAGES,
+    make_target=make_target,
+    save_target=save_target,
+    load_target=load_target,
+) -> dict | None:
     """Both stages by default; `("target",)` stops after saving the target, `("drafter",)` reads it
-    back from `out` (a build split in two: the drafter's plan can change without a new target)."""
+    back from `out` (a build split in two: the drafter's plan can change without a new target).
+    `make_target(plan, tokenizer)`, `save_target(target, tokenizer, dir)` and `load_target(dir)`:
+    another target family (tiny_hybrid_pair.py)."""
     torch.set_num_threads(THREADS)
     started = time.monotonic()
     train_pairs, held_out = build_corpus()
@@ -143,14 +161,13 @@ def build(out: Path, plan: Plan = Plan(), stages: tuple[str, ...] = STAGES) -> d
         target_schedule = Schedule(epochs=plan.target_epochs, lr=plan.target_lr, weight_decay=0.1)
         train_causal_lm(target, encode_all(tokenizer, train_pairs, plan.max_length), target_schedule,
                         plan.target_tokens_per_batch, tokenizer.pad_token_id, plan.seed)  # fmt: skip
-        target.save_pretrained(out / "target")
-        tokenizer.save_pretrained(out / "target")
+        save_target(target, tokenizer, out / "target")
         target_minutes = round((time.monotonic() - started) / 60, 1)
         (out / TARGET_MINUTES_FILE).write_text(f"{target_minutes}\n")
     if "drafter" not in stages:
         return None
     tokenizer = AutoTokenizer.from_pretrained(out / "target")
-    target = Qwen3ForCausalLM.from_pretrained(out / "target", dtype=torch.float32).eval()
+    target = load_target(out / "target")
     pad, eos = tokenizer.pad_token_id, tokenizer.eos_token_id
     eval_ids = [prompt_ids(tokenizer, p["instruction"]) for p in held_out]
     drafter_started = time.monotonic()
