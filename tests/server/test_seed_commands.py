@@ -3,7 +3,8 @@ commands verbatim) parse and serve with this package installed: their SGLang arg
 the scripts, with the tiny hybrid pair for the two model paths and the GPU-only choices swapped
 for CPU ones (`--attention-backend fa3` -> torch_native, the memory fraction, the CPU flags), and
 the seed cards' overlap variables set, SGLang's own spawned subprocesses. Greedy output equals
-transformers' on the target alone."""
+transformers' on the target alone. The Qwen3.5 card serves the trained tiny hybrid pair, so its
+drafter's acceptance is a trained one's."""
 
 from __future__ import annotations
 
@@ -11,9 +12,13 @@ import shlex
 from pathlib import Path
 
 import pytest
+from transformers import AutoTokenizer
 
 from dflash_sglang_tools.testing.server import CPU_ARGS, SGLangServer
 from dflash_sglang_tools.testing.tiny_hybrid import HybridShape, write_tiny_hybrid_pair
+from dflash_sglang_tools.train import data
+from dflash_sglang_tools.train.tiny_hybrid_pair import EMBEDDED_HYBRID, embedded_hybrid_pair
+from dflash_sglang_tools.train.tiny_pair import held_out_prompts
 
 from .conftest import SPAWN
 from .hybrid import HYBRID_ARGS, HYBRID_ENV, greedy, prompts
@@ -42,9 +47,19 @@ def for_cpu(args: list[str], target: Path, draft: Path) -> list[str]:
 
 @pytest.mark.parametrize("script", ["qwen3.5-27b.sh", "qwen3.6-35b-a3b.sh"])
 def test_seed_command_parses_and_serves_on_the_tiny_hybrid_pair(script, tmp_path):
+    """qwen3.5-27b.sh serves the trained tiny hybrid pair (assets/tiny-hybrid-pair) on its held-out
+    chat prompts, its drafter accepted for at least 3 tokens a verify step at the card's block 16;
+    qwen3.6-35b-a3b.sh a random one on token ids."""
     args = seed_arguments(LAUNCH / script)
     assert "--mamba-scheduler-strategy" in args and "extra_buffer" in args  # the seed card's names
-    pair = write_tiny_hybrid_pair(tmp_path, seed=0, block_size=16, shape=HybridShape(hot_tokens=3))
+    trained = script == "qwen3.5-27b.sh"
+    if trained:
+        pair = embedded_hybrid_pair()
+        tokenizer = AutoTokenizer.from_pretrained(pair.target)
+        asks = [data.prompt_ids(tokenizer, p) for p in held_out_prompts(EMBEDDED_HYBRID)[:8]]
+    else:
+        pair = write_tiny_hybrid_pair(tmp_path, seed=0, block_size=16, shape=HybridShape(hot_tokens=3))
+        asks = prompts()[2:4]
     args = for_cpu(args, pair.target, pair.draft)
     model_path = args[args.index("--model-path") + 1]
     cpu_only = [a for a in CPU_ARGS if a not in ("--attention-backend", "torch_native")]
@@ -52,6 +67,11 @@ def test_seed_command_parses_and_serves_on_the_tiny_hybrid_pair(script, tmp_path
     with SGLangServer(model_path, [*extra, *HYBRID_ARGS], base_args=cpu_only,
                       env={**HYBRID_ENV, **SEED_OVERLAP, **SPAWN}) as server:  # fmt: skip
         assert "DFLASH served by dflash_sglang.overlap.DFlashOverlapWorker" in server.log_path.read_text()
-        for ids in prompts()[2:4]:
-            out = server.generate(ids, 24, ignore_eos=True)
-            assert out["output_ids"] == greedy(pair.target, ids, 24)
+        outs = [server.generate(ids, 24, ignore_eos=True) for ids in asks[:2]]
+        assert [out["output_ids"] for out in outs] == [greedy(pair.target, ids, 24) for ids in asks[:2]]
+        if trained:
+            outs = server.generate(asks, 48)
+    if trained:  # the first token comes from the prefill, every later one from a verify step
+        emitted = sum(out["meta_info"]["completion_tokens"] - 1 for out in outs)
+        steps = sum(out["meta_info"]["spec_verify_ct"] for out in outs)
+        assert emitted / steps >= 3, emitted / steps
