@@ -4,9 +4,9 @@ target, Gated DeltaNet with full attention every fourth layer, and its DFlash dr
 What the run answers (docs/hybrid.md): tokens/s at concurrency 1, 8 and 32 against no
 speculation, for the verify through SGLang's ReplaySSM ring (the default on a GDN chain) against a
 state per block position (`DFLASH_SGLANG_REPLAY_SSM=0`, what the worker did before), against
-whole blocks, and SGLang's built-in worker (which keeps a state per position: SGLang refuses it the
-ring on a GDN target). Float32 conv state (exact), extra_buffer, 256 mamba slots: 51 running
-requests, so concurrency 32 is not capped by slots.
+whole blocks, SGLang's built-in worker (a state per position: SGLang refuses it the ring on a GDN
+target), and a tree (a state per node). Float32 conv state (exact), extra_buffer, 256 mamba
+slots: 51 running requests, so concurrency 32 is not capped by slots.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ ONE_WIDTH = {"DFLASH_SGLANG_REQUEST_LENGTHS": "0"}
 def variants(variant_class) -> list:
     """The run's servers (no speculation first), as the suite's Variant class."""
 
-    def make(label, speculative, env, notes, block=None):
-        return variant_class(label, speculative, {**ENV, **env}, notes, block, ARGS)
+    def make(label, speculative, env, notes, block=None, args=()):
+        return variant_class(label, speculative, {**ENV, **env}, notes, block, (*ARGS, *args))
 
     return [
         make("no-spec", False, {}, "plain decoding (the baseline)"),
@@ -39,4 +39,6 @@ def variants(variant_class) -> list:
         make("sglang built-in", True, {**OVERLAP, "DFLASH_SGLANG_WORKER": "builtin"},
              "DFLASH_SGLANG_WORKER=builtin (a state per block position)"),
         make("ring b16", True, OVERLAP, "our overlap worker, the ring, block 16", 16),
+        make("tree k4 n16", True, OVERLAP, "our overlap worker, a tree of 16 nodes (a state per node)", 16,
+             ("--speculative-eagle-topk", "4")),
     ]  # fmt: skip
