@@ -4,6 +4,7 @@
     distribution.py    a request's target distribution (temperature, top-k/p, min-p); the
                        TP-safe draft argmax (engine-free)
     target_law.py      per-row cut and normaliser of the filtered law (engine-free)
+    row_law_triton.py  the same cut and normaliser on CUDA: one fused Triton kernel, no sort
     sampled_drafts.py  drafts sampled from the request's law over the drafter's logits, and their q
     sampled_verify.py  temperature > 0: exact rejection for point or sampled drafts without
                        [bs, B, V] tensors

@@ -14,18 +14,24 @@ How the cut is found (all exact; the choice is made on the host from the batch's
           no top_k may keep most of the vocabulary, so its cut comes from a full sort of its
           chunk (the only sort left: with no bound on the kept set there is no smaller exact one).
 Ties at the cut keep every tied token (a sort would keep an arbitrary subset of them).
+On CUDA, `row_laws` hands the same question to one fused Triton kernel (row_law_triton.py: a
+threshold search, no sort); `DFLASH_SGLANG_TRITON_ROW_LAW=0` keeps the torch passes there too.
 
 Engine-free: no SGLang imports, no host reads of device data (the overlap worker calls this).
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import torch
 
 # Bytes of one [chunk, V] float32 temporary; a pass holds a few of them (see docs/benchmarks.md).
 CHUNK_BYTES = 64 << 20
+# Devices whose logits take the fused Triton kernel (row_law_triton.py): CUDA unless the switch is
+# "0"; CPU never (the interpreter test sets ("cpu",) to drive this branch under TRITON_INTERPRET).
+TRITON_ROW_LAW_DEVICES = ("cuda",) if os.environ.get("DFLASH_SGLANG_TRITON_ROW_LAW", "1") != "0" else ()
 
 
 @dataclass(frozen=True)
@@ -89,6 +95,10 @@ def row_laws(logits: torch.Tensor, sampling_info, block_size: int, plan: LawPlan
     top_k = per_row(sampling_info.top_ks.to(torch.int64))
     top_p = per_row(sampling_info.top_ps.float())
     min_p = per_row(sampling_info.min_ps.float())
+    if logits.device.type in TRITON_ROW_LAW_DEVICES:  # one fused kernel, the same (cut, log_norm)
+        from .row_law_triton import row_laws_triton
+
+        return RowLaw(temperature, *row_laws_triton(logits, temperature, top_k, top_p, min_p, plan))
     cut = torch.empty(rows, dtype=torch.float32, device=logits.device)
     log_norm = torch.empty_like(cut)
     step = chunk_rows(vocab)
