@@ -16,10 +16,6 @@ target's law, and never fewer tokens than token-wise verification.
   bonus drawn from the residual, and a block judged past its own end.
 """
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -28,6 +24,7 @@ from scipy.stats import chisquare
 
 from dflash_sglang.sampling import block_verify, sampled_verify
 from dflash_sglang.sampling.block_verify import block_rejection_accept
+from tests.interpreter_probe import run_probe
 from tests.test_sampled_drafts import case, q_at_the_wrong_position, sampled_step
 
 V, S, N = 6, 2, 60_000  # vocabulary, drafts a block, requests a check
@@ -36,11 +33,7 @@ SETTINGS = [{"temperature": 1.0}, {"temperature": 0.7, "top_k": 3}]
 
 
 def test_equals_sglangs_block_verification_kernel():
-    probe = Path(__file__).with_name("sglang_block_kernel_probe.py")
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    done = subprocess.run([sys.executable, str(probe)], capture_output=True, text=True, env=env, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    report = json.loads(done.stdout.strip().splitlines()[-1])
+    report = run_probe(Path(__file__).with_name("sglang_block_kernel_probe.py"))
     assert report["requests"] == 192
     assert report["lengths_differ"] == 0 and report["tokens_differ"] == 0, report
     for n, counts in report["lengths"].items():  # short, partial and whole blocks were compared

@@ -16,7 +16,6 @@ CI has no GPU, so the kernel's CUDA branch of `row_laws` is exercised only here,
 No GPU timing exists yet: the GPU check should time it when a device is lent.
 """
 
-import json
 import os
 import subprocess
 import sys
@@ -26,15 +25,12 @@ import pytest
 import torch
 
 from dflash_sglang.sampling import target_law
+from tests.interpreter_probe import run_probe
 
 
 @pytest.fixture(scope="module")
 def report():
-    probe = Path(__file__).with_name("row_law_triton_probe.py")
-    env = {**os.environ, "TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, str(probe)], capture_output=True, text=True, env=env, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return run_probe(Path(__file__).with_name("row_law_triton_probe.py"))
 
 
 def test_the_kernel_keeps_exactly_the_torch_paths_tokens(report):

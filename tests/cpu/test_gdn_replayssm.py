@@ -16,11 +16,7 @@ circular commit, over a run of verify windows with random accept counts, against
   reference here.
 """
 
-import json
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -31,6 +27,7 @@ from dflash_sglang.cpu.gdn_replayssm import (
     commit_gdn_replayssm_spec_on_cpu,
     gdn_replayssm_spec_decode_on_cpu,
 )
+from tests.interpreter_probe import run_probe
 
 HEADS, HEADS_V, DIM, SLOTS, RING_ROWS = 2, 4, 16, 8, 6
 
@@ -229,11 +226,7 @@ def test_paths_not_implemented_raise_and_other_devices_get_sglangs_kernel():
 
 @pytest.fixture(scope="module")
 def report():
-    probe = Path(__file__).with_name("sglang_replayssm_probe.py")
-    env = {**os.environ, "TRITON_INTERPRET": "1", "HF_HUB_OFFLINE": "1"}
-    done = subprocess.run([sys.executable, str(probe)], capture_output=True, text=True, env=env, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return run_probe(Path(__file__).with_name("sglang_replayssm_probe.py"))
 
 
 FP32_CASES = ["L16 D4 history", "L8 D4 fold", "L16 D8 fold", "L16 D4 exact raw both"]

@@ -9,24 +9,18 @@ cpu/gdn.py) that the CPU servers run.
   windows and derived parents, and the GDN kernel's outputs and per-node states, equal ours.
 """
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.interpreter_probe import run_probe
 
 EXACT = 1e-5  # float32: the kernels sum in another order
 
 
 @pytest.fixture(scope="module")
 def report():
-    probe = Path(__file__).with_name("sglang_tree_kernels_probe.py")
-    env = {**os.environ, "TRITON_INTERPRET": "1", "HF_HUB_OFFLINE": "1"}
-    done = subprocess.run([sys.executable, str(probe)], capture_output=True, text=True, env=env, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return run_probe(Path(__file__).with_name("sglang_tree_kernels_probe.py"))
 
 
 def test_our_masks_positions_and_links_equal_sglangs_eagle_tree_builder(report):
