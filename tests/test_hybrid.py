@@ -85,7 +85,7 @@ def test_the_switch_takes_the_same_words_as_the_others(monkeypatch):
     from dflash_sglang.errors import DFlashConfigError
     from dflash_sglang.step.replay_choice import REPLAY_ENV, replay_switch
 
-    for text, want in (("", None), ("1", True), ("on", True), ("0", False), ("off", False)):
+    for text, want in (("", False), ("1", True), ("on", True), ("0", False), ("off", False)):
         monkeypatch.setenv(REPLAY_ENV, text)
         assert replay_switch() is want, text
     monkeypatch.setenv(REPLAY_ENV, "ring")

@@ -104,7 +104,7 @@ BUGS = {
         "a hybrid target commits the recurrent state of the node before the last accepted one",
         "hybrid",
     ),
-    # The ReplaySSM commit (step/hybrid.py `replay`, the default on a GDN chain): SGLang folds what
+    # The ReplaySSM commit (step/hybrid.py `replay`, DFLASH_SGLANG_REPLAY_SSM=1): SGLang folds what
     # we tell it was accepted and rolls the conv window back to the step we name.
     "replay_fold_one_short": Bug(
         "step/hybrid.py",

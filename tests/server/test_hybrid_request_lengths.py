@@ -1,6 +1,6 @@
 """Per-request verify lengths on a hybrid (Gated DeltaNet) target: request i of step s verifies
 cycle[(s + i) % 8] positions (`DFLASH_SGLANG_FORCED_REQUEST_LENGTHS`), all in one ragged verify
-forward (step/ragged.py) through SGLang's ReplaySSM ring (the default on a GDN chain), whose conv
+forward (step/ragged.py) through SGLang's ReplaySSM ring (DFLASH_SGLANG_REPLAY_SSM=1), whose conv
 update runs each request's own length on CPU (cpu/gdn_ragged_verify.py), and the commit folds each
 request's accepted records.
 
@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from dflash_sglang.step.replay_choice import REPLAY_ENV
 from dflash_sglang.width.request_lengths import FORCED_LENGTHS_ENV
 from dflash_sglang_tools.testing.server import SGLangServer
 
@@ -52,7 +53,7 @@ def pair(tmp_path_factory):
 @pytest.fixture(scope="module", params=list(WORKERS))
 def case(request, pair):
     worker, served_by = WORKERS[request.param]
-    env = {**HYBRID_ENV, **worker, FORCED_LENGTHS_ENV: CYCLE}
+    env = {**HYBRID_ENV, **worker, FORCED_LENGTHS_ENV: CYCLE, REPLAY_ENV: "1"}
     with SGLangServer(
         pair.target, [*HYBRID_ARGS, *EXTRA_BUFFER, *dflash_args(pair, BLOCK)], env=env
     ) as server:

@@ -2,11 +2,11 @@
 heads) at block 16, served as an operator would meet it: its mamba pool, not KV, bounds the
 running requests.
 
-- The verify keeps no state per block position (SGLang's ReplaySSM ring, our default on a GDN
-  chain): the startup log puts a request slot with its verify scratch at most 1.5x the slot
-  without speculation, against several times that with a state per position
-  (`DFLASH_SGLANG_REPLAY_SSM=0`, a second server started only for its log), and warns that mamba
-  slots bound the running requests.
+- With SGLang's ReplaySSM ring (`DFLASH_SGLANG_REPLAY_SSM=1`) the verify keeps no state per
+  block position: the startup log puts a request slot with its verify scratch at most 1.5x the
+  slot without speculation, against several times that with a state per position (the default,
+  a second server started only for its log, whose warning names the ring's flag), and warns that
+  mamba slots bound the running requests.
 - Twenty requests at once against sixteen slots (the slot limit, four queued): every output equals
   transformers' greedy decoding of the target alone, float32, and so does an abort mid-block
   followed by the same requests again.
@@ -49,7 +49,7 @@ def dflash(pair) -> list:
 
 @pytest.fixture(scope="module")
 def server(pair):
-    with SGLangServer(pair.target, [*ARGS, *dflash(pair)], env=HYBRID_ENV) as running:
+    with SGLangServer(pair.target, [*ARGS, *dflash(pair)], env={**HYBRID_ENV, REPLAY_ENV: "1"}) as running:
         yield running
 
 
@@ -64,7 +64,7 @@ def test_a_slot_holds_at_most_one_and_a_half_times_no_specs_and_the_limit_is_nam
     assert ring <= 1.5, ring
     assert f"{SLOTS} mamba slots allow {SLOTS} running requests" in log
     assert "mamba slots, not KV, bound the running requests" in log
-    with SGLangServer(pair.target, [*ARGS, *dflash(pair)], env={**HYBRID_ENV, REPLAY_ENV: "0"}) as states:
+    with SGLangServer(pair.target, [*ARGS, *dflash(pair)], env=HYBRID_ENV) as states:
         before = states.log_path.read_text()
     assert "verify scratch: a state per block position" in before
     snapshots = slot_ratio(before)

@@ -69,18 +69,20 @@ AT_1_NOT_07 = Setting({"temperature": 1.0}, {"temperature": 0.7})
 WINDOW_12 = ["--speculative-dflash-draft-window-size", 12]
 HYBRID_INTERVAL = HybridShape().full_attention_interval
 
-# Every case but one verifies through SGLang's ReplaySSM ring (the default on a GDN chain); the
-# draft-window case keeps a state per block position (DFLASH_SGLANG_REPLAY_SSM=0).
-SNAPSHOTS = {**OVERLAP, REPLAY_ENV: "0"}
+# Every case but one verifies through SGLang's ReplaySSM ring (DFLASH_SGLANG_REPLAY_SSM=1, opt-in);
+# the draft-window case keeps a state per block position (the default).
+RING = {REPLAY_ENV: "1"}
+SNAPSHOTS = OVERLAP
+NO_RADIX = [*EXTRA_BUFFER, "--disable-radix-cache"]
 
 # Two cases switch the verify width every step (width/verify_width.py): the state is committed at
 # every width, plain decoding (width 1) included.
 CYCLE_4, CYCLE_8 = {WIDTHS_ENV: "4,1,3,2,4,1"}, {WIDTHS_ENV: "8,1,4,2,8,3,1,6"}
 CASES = {
-    "plain-no_buffer-radix-b4-widths": ({**PLAIN, **CYCLE_4}, NO_BUFFER, 4, 3),
-    "overlap-extra_buffer-noradix-b16": (OVERLAP, [*EXTRA_BUFFER, "--disable-radix-cache"], 16, 1),
+    "plain-no_buffer-radix-b4-widths": ({**PLAIN, **CYCLE_4, **RING}, NO_BUFFER, 4, 3),
+    "overlap-extra_buffer-noradix-b16": ({**OVERLAP, **RING}, NO_RADIX, 16, 1),
     "overlap-extra_buffer-radix-w12-b4-snapshots": (SNAPSHOTS, [*EXTRA_BUFFER, *WINDOW_12], 4, 3),
-    "overlap-extra_buffer_lazy-radix-b8-widths": ({**OVERLAP, **CYCLE_8}, EXTRA_BUFFER_LAZY, 8, 3),
+    "overlap-extra_buffer_lazy-radix-b8-widths": ({**OVERLAP, **CYCLE_8, **RING}, EXTRA_BUFFER_LAZY, 8, 3),
 }
 
 
@@ -106,7 +108,7 @@ def test_our_worker_serves_it(case):
     if "lazy" in name:  # SGLang took the lazy strategy (its tracking planned at schedule time)
         assert "'mamba_radix_cache_strategy': 'extra_buffer_lazy'" in log
     if name.endswith("-snapshots"):
-        assert f"verify scratch: a state per block position ({REPLAY_ENV}=0)" in log
+        assert f"verify scratch: a state per block position (the default; {REPLAY_ENV}=1" in log
         assert "GDN ReplaySSM ring buffers allocated" not in log
     else:  # SGLang's ring, no state per block position
         assert "verify scratch: SGLang's ReplaySSM ring, folded every commit" in log
@@ -165,7 +167,7 @@ def test_the_sampled_law_with_power_through_state_commits(tmp_path_factory):
     with SGLangServer(
         pair.target,
         [*HYBRID_ARGS, *EXTRA_BUFFER, *dflash],
-        env={**HYBRID_ENV, **OVERLAP, SAMPLED_DRAFTS_ENV: "0"},
+        env={**HYBRID_ENV, **OVERLAP, **RING, SAMPLED_DRAFTS_ENV: "0"},
     ) as server:
         path, model = "hybrid extra_buffer, overlap worker, constant drafts", load_target(pair.target)
         assert_every_setting_follows_the_law(path, server, model, prompts(), drafter=ConstantDrafter(0, 4))

@@ -14,7 +14,7 @@ cycle of per-request lengths, ragged verifies on both ranks). Under both workers
 law_matrix.SETTINGS (temperatures, filters, a penalty) follow the target's own law, controls fail.
 A hybrid target (Gated DeltaNet heads sharded too), and its mixture-of-experts sibling (experts and the gated
 shared expert sharded), equal transformers' greedy decoding under the overlap worker, both through
-SGLang's ReplaySSM ring (the default), the sibling at a forced cycle of per-request lengths.
+SGLang's ReplaySSM ring (DFLASH_SGLANG_REPLAY_SSM=1), the sibling at a forced cycle of per-request lengths.
 
 Servers: the two hybrid ones, then one no-spec and one per worker (at most two up at once); about
 6 minutes in all.
@@ -63,7 +63,7 @@ def test_hybrid_target_equals_transformers_concurrently_and_on_a_radix_hit(tmp_p
     state reused on both ranks). Its own server, gone before the others start."""
     pair = hybrid.make_hybrid_pair(tmp_path, experts)
     args = [*TP2, *hybrid.HYBRID_ARGS, *hybrid.EXTRA_BUFFER, *dflash_args(pair, hybrid.BLOCK)]
-    env = {**hybrid.HYBRID_ENV, **WORKERS["overlap"][0]}
+    env = {**hybrid.HYBRID_ENV, **WORKERS["overlap"][0], "DFLASH_SGLANG_REPLAY_SSM": "1"}
     if experts:  # each request its own length: ragged verifies through the ring on both ranks
         env[FORCED_LENGTHS_ENV] = "8,1,4,2,8,3,1,6"
     prompts = hybrid.prompts()
@@ -73,7 +73,7 @@ def test_hybrid_target_equals_transformers_concurrently_and_on_a_radix_hit(tmp_p
             outs = list(pool.map(lambda ids: hybrid.generate(server, ids, MAX_NEW), prompts))
         again = hybrid.generate(server, prompts[-1], MAX_NEW)
         log = server.log_path.read_text()
-    assert "verify scratch: SGLang's ReplaySSM ring, folded every commit" in log  # the default
+    assert "verify scratch: SGLang's ReplaySSM ring, folded every commit" in log
     if experts:
         assert "verify width forced per-request lengths" in log
     assert [out["output_ids"] for out in outs] == want

@@ -12,10 +12,14 @@ the refusal and by "GDN or KDA?" (where GDN already answers yes), so nothing els
 SGLang's built-in worker (DFLASH_SGLANG_WORKER=builtin) does not install this hook: it keeps the
 refusal, which is right for it.
 
-On by default for our worker on a GDN chain (`replay_by_default`): a request's recurrent scratch
-shrinks from a full state per block position to a ring of compact records (docs/hybrid.md has the
-numbers), and the output stays the target's. `DFLASH_SGLANG_REPLAY_SSM=0` keeps the per-position
-states; trees, PD and other decode backends keep them and say so.
+Opt-in (`replay_when_asked`): SGLang's own flag, or `DFLASH_SGLANG_REPLAY_SSM=1`, which declares
+it and fails at startup naming why where the ring cannot serve (a tree, PD, another decode
+backend). A request's recurrent scratch then shrinks from a full state per block position to a ring
+of compact records (16.5x -> 1.45x a slot at block 16, docs/hybrid.md), the output stays the
+target's; but on CPU, where every measurement so far ran, its torch stand-ins cost 7-12% of
+tokens/s against a state per position (docs/hybrid.md), so it is not the default: the issue's bar
+for a default was "never worse". The startup line names the flag when mamba slots bound the
+running requests.
 """
 
 from __future__ import annotations
@@ -46,35 +50,33 @@ def build_pool_for_gdn_replay(original, configurator, **kwargs):
         configurator.hybrid_kda_config = kda
 
 
-# ---- on by default for DFLASH on a GDN chain -------------------------------------------------
+# ---- DFLASH_SGLANG_REPLAY_SSM=1: the ring, declared -------------------------------------------
 
 DEFAULT_TARGET = "sglang.srt.arg_groups.model_hook.handle_mamba_radix_cache"
 SOURCE = "dflash_sglang.admission.replay_ssm"
 
 
-def replay_by_default(server_args, hf_config):
-    """BEFORE handle_mamba_radix_cache (the first step that knows the target is hybrid): DFLASH on a
-    GDN chain verifies through SGLang's ReplaySSM ring unless DFLASH_SGLANG_REPLAY_SSM=0 (or
-    --enable-linear-replayssm-spec was given, which SGLang then validates as ever)."""
+def replay_when_asked(server_args, hf_config):
+    """BEFORE handle_mamba_radix_cache (the first step that knows the target is hybrid): with
+    DFLASH_SGLANG_REPLAY_SSM=1, DFLASH on a GDN chain verifies through SGLang's ReplaySSM ring
+    (the flag declared), or startup fails naming why it cannot; with SGLang's flag given, what is
+    ours to refuse is refused (PD), SGLang validates the rest."""
     from sglang.srt.arg_groups.overrides import declare_resolution, resolving_view
 
     cfg = resolving_view(server_args)
     if (cfg.speculative_algorithm or "").upper() != "DFLASH":
         return None
-    if cfg.enable_linear_replayssm_spec:  # given: SGLang validates it, except what is ours to refuse
+    if cfg.enable_linear_replayssm_spec:
         if cfg.disaggregation_mode != "null":
             raise DFlashConfigError(
                 f"--enable-linear-replayssm-spec with --disaggregation-mode {cfg.disaggregation_mode}: "
                 "our worker's replayed commit is not tested on a PD server's pools; drop the flag"
             )
         return None
-    switch = replay_switch()
-    if switch is False:
+    if not replay_switch():
         return None
     because = replay_off_because(cfg, hf_config)
     if because is not None:
-        if switch:
-            raise DFlashConfigError(f"{REPLAY_ENV}=1: {because}")
-        return None
+        raise DFlashConfigError(f"{REPLAY_ENV}=1: {because}")
     declare_resolution(server_args, SOURCE, enable_linear_replayssm_spec=True)
     return None

@@ -1,9 +1,9 @@
 """Whether a DFLASH server on a hybrid target verifies through SGLang's ReplaySSM ring
 (`--enable-linear-replayssm-spec`) or keeps a state per block position, and why.
 
-The ring is the default on a Gated DeltaNet chain (admission/replay_ssm.py declares SGLang's flag);
-`DFLASH_SGLANG_REPLAY_SSM=0` keeps the per-position states, `=1` insists (and fails at startup
-naming why where the ring cannot serve).
+Opt-in: SGLang's `--enable-linear-replayssm-spec`, or `DFLASH_SGLANG_REPLAY_SSM=1`, which declares
+it (admission/replay_ssm.py) and fails at startup naming why where the ring cannot serve. Not the
+default: on CPU its stand-ins ran at 0.88-0.93x a state per position's tokens/s (docs/hybrid.md).
 """
 
 from __future__ import annotations
@@ -16,14 +16,12 @@ from ..errors import DFlashConfigError
 REPLAY_ENV = "DFLASH_SGLANG_REPLAY_SSM"
 
 
-def replay_switch() -> bool | None:
-    """`DFLASH_SGLANG_REPLAY_SSM`: unset is the default (on where it serves), 0 off, 1 on."""
+def replay_switch() -> bool:
+    """`DFLASH_SGLANG_REPLAY_SSM`: 1 the ring, unset or 0 SGLang's flag decides (off unless given)."""
     text = os.environ.get(REPLAY_ENV, "").strip().lower()
-    if text in ("", "auto"):
-        return None
     if text in ("1", "true", "yes", "on"):
         return True
-    if text in ("0", "false", "no", "off"):
+    if text in ("", "0", "false", "no", "off"):
         return False
     raise DFlashConfigError(
         f"{REPLAY_ENV}={text!r}: expected 1 (the ReplaySSM ring) or 0 (state per position)"
@@ -52,11 +50,10 @@ def replay_off_because(cfg, hf_config) -> str | None:
 def scratch_words(ring_on: bool, trees: bool, server_args, hf_config) -> str:
     """The startup log's words for what the verify keeps, and why."""
     if ring_on:
-        return f"SGLang's ReplaySSM ring, folded every commit ({REPLAY_ENV}=0: a state per block position)"
+        return "SGLang's ReplaySSM ring, folded every commit"
     if trees:  # SGLang's ring verify reads no parent pointers: a node needs its own state
         return "a state per tree node (SGLang's ring verify replays a chain, not a tree)"
-    if replay_switch() is False:
-        why = f"{REPLAY_ENV}=0"
-    else:
-        why = replay_off_because(server_args, hf_config) or "--enable-linear-replayssm-spec off"
+    why = replay_off_because(server_args, hf_config)
+    if why is None:
+        why = f"the default; {REPLAY_ENV}=1 or --enable-linear-replayssm-spec: SGLang's ReplaySSM ring"
     return f"a state per block position ({why})"

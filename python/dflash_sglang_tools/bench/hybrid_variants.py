@@ -2,8 +2,8 @@
 target, Gated DeltaNet with full attention every fourth layer, and its DFlash drafter).
 
 What the run answers (docs/hybrid.md): tokens/s at concurrency 1, 8 and 32 against no
-speculation, for the verify through SGLang's ReplaySSM ring (the default on a GDN chain) against a
-state per block position (`DFLASH_SGLANG_REPLAY_SSM=0`, what the worker did before), against
+speculation, for the verify through SGLang's ReplaySSM ring (`DFLASH_SGLANG_REPLAY_SSM=1`) against a
+state per block position (the default), against
 whole blocks, SGLang's built-in worker (a state per position: SGLang refuses it the ring on a GDN
 target), and a tree (a state per node). Float32 conv state (exact), extra_buffer, 256 mamba
 slots: 51 running requests, so concurrency 32 is not capped by slots.
@@ -17,7 +17,7 @@ HYBRID_PAIR_DIR = Path(__file__).resolve().parents[2] / "dflash_sglang" / "asset
 ENV = {"SGLANG_MAMBA_CONV_DTYPE": "float32"}
 ARGS = ("--max-mamba-cache-size", "256", "--mamba-scheduler-strategy", "extra_buffer")
 OVERLAP = {"SGLANG_ENABLE_SPEC_V2": "1"}
-SNAPSHOTS = {"DFLASH_SGLANG_REPLAY_SSM": "0"}
+RING = {**OVERLAP, "DFLASH_SGLANG_REPLAY_SSM": "1"}
 WHOLE = {"DFLASH_SGLANG_ADAPTIVE_WIDTH": "0"}
 ONE_WIDTH = {"DFLASH_SGLANG_REQUEST_LENGTHS": "0"}
 
@@ -30,15 +30,14 @@ def variants(variant_class) -> list:
 
     return [
         make("no-spec", False, {}, "plain decoding (the baseline)"),
-        make("ring", True, OVERLAP, "our overlap worker as launched: the ReplaySSM ring, the adaptive width"),
-        make("ring, one width a batch", True, {**OVERLAP, **ONE_WIDTH},
+        make("ring", True, RING, "our overlap worker, DFLASH_SGLANG_REPLAY_SSM=1 (the ring), adaptive"),
+        make("ring, one width a batch", True, {**RING, **ONE_WIDTH},
              "the same, DFLASH_SGLANG_REQUEST_LENGTHS=0"),
-        make("ring, whole blocks", True, {**OVERLAP, **WHOLE}, "the same, DFLASH_SGLANG_ADAPTIVE_WIDTH=0"),
-        make("state per position", True, {**OVERLAP, **SNAPSHOTS},
-             "our overlap worker, DFLASH_SGLANG_REPLAY_SSM=0 (before the ring)"),
+        make("ring, whole blocks", True, {**RING, **WHOLE}, "the same, DFLASH_SGLANG_ADAPTIVE_WIDTH=0"),
+        make("state per position", True, OVERLAP, "our overlap worker as launched (a state per position)"),
         make("sglang built-in", True, {**OVERLAP, "DFLASH_SGLANG_WORKER": "builtin"},
              "DFLASH_SGLANG_WORKER=builtin (a state per block position)"),
-        make("ring b16", True, OVERLAP, "our overlap worker, the ring, block 16", 16),
+        make("ring b16", True, RING, "our overlap worker, the ring, block 16", 16),
         make("tree k4 n16", True, OVERLAP, "our overlap worker, a tree of 16 nodes (a state per node)", 16,
              ("--speculative-eagle-topk", "4")),
     ]  # fmt: skip
