@@ -117,7 +117,7 @@ def hybrid_off_because(model_runner) -> str | None:
 
 
 def replay_ring_asked_for() -> bool:
-    """`--enable-linear-replayssm-spec` (the default for our worker on a GDN chain)."""
+    """`--enable-linear-replayssm-spec` (given, or declared by DFLASH_SGLANG_REPLAY_SSM=1)."""
     from sglang.srt.runtime_context import get_exec
 
     return bool(get_exec().mamba.enable_linear_replayssm_spec)
