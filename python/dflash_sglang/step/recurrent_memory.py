@@ -27,8 +27,10 @@ def _bytes(tensor) -> int:
         return 0
     if isinstance(tensor, (list, tuple)):
         return sum(_bytes(t) for t in tensor)
-    # The deduplicated conv windows are an as_strided view: count the storage it spans.
-    return max(tensor.numel() * tensor.element_size(), tensor.untyped_storage().nbytes())
+    if tensor.is_contiguous():  # its own elements (a slice of a larger pool counts only itself)
+        return tensor.numel() * tensor.element_size()
+    # The deduplicated conv windows are an overlapping as_strided view: the storage it spans.
+    return tensor.untyped_storage().nbytes()
 
 
 @dataclasses.dataclass(frozen=True)
