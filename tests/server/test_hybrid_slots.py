@@ -7,9 +7,10 @@ running requests.
   slot without speculation, against several times that with a state per position (the default,
   a second server started only for its log, whose warning names the ring's flag), and warns that
   mamba slots bound the running requests.
-- Twenty requests at once against sixteen slots (the slot limit, four queued): every output equals
-  transformers' greedy decoding of the target alone, float32, and so does an abort mid-block
-  followed by the same requests again.
+- Under the verify policy as users launch it (the adaptive width, per-request lengths through the
+  ring on CPU), twenty requests at once against sixteen slots (the slot limit, four queued):
+  every output equals transformers' greedy decoding of the target alone, float32, and so does an
+  abort mid-block followed by the same requests again.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from dflash_sglang.step.replay_choice import REPLAY_ENV
+from dflash_sglang.width.verify_width import ADAPTIVE_ENV
 from dflash_sglang_tools.testing.server import SGLangServer
 from dflash_sglang_tools.testing.tiny_hybrid import HybridShape, write_tiny_hybrid_pair
 
@@ -49,7 +51,10 @@ def dflash(pair) -> list:
 
 @pytest.fixture(scope="module")
 def server(pair):
-    with SGLangServer(pair.target, [*ARGS, *dflash(pair)], env={**HYBRID_ENV, REPLAY_ENV: "1"}) as running:
+    # The verify policy as users launch it (conftest pins whole blocks for the oracles that count
+    # steps; nothing here counts them): the adaptive width, per-request lengths through the ring.
+    env = {**HYBRID_ENV, REPLAY_ENV: "1", ADAPTIVE_ENV: ""}
+    with SGLangServer(pair.target, [*ARGS, *dflash(pair)], env=env) as running:
         yield running
 
 
@@ -61,6 +66,7 @@ def test_a_slot_holds_at_most_one_and_a_half_times_no_specs_and_the_limit_is_nam
     log = server.log_path.read_text()
     ring = slot_ratio(log)
     assert "verify scratch: SGLang's ReplaySSM ring, folded every commit" in log
+    assert "verify width adaptive (the default here" in log and "per request" in log  # as launched
     assert ring <= 1.5, ring
     assert f"{SLOTS} mamba slots allow {SLOTS} running requests" in log
     assert "mamba slots, not KV, bound the running requests" in log
