@@ -1,6 +1,8 @@
 """`make gpu-check` on CPU at tiny shapes: the command runs without SGLang, its JSON and markdown
 hold real, consistent numbers, and the pieces it measures compute the right thing."""
 
+import ast
+import inspect
 import json
 import math
 import os
@@ -15,10 +17,18 @@ from transformers import Qwen3Config, StaticCache
 from dflash_sglang.drafter.config import DFlashConfig
 from dflash_sglang.sampling.accept import Acceptance
 from dflash_sglang_tools.gpu_check import __main__ as cli
-from dflash_sglang_tools.gpu_check import acceptance, draft_step, shapes, target
+from dflash_sglang_tools.gpu_check import acceptance, draft_step, shapes, t_positive, target
 from dflash_sglang_tools.gpu_check.acceptance import valid_acceptance
 from dflash_sglang_tools.gpu_check.draft_step import DraftStep, random_drafter, relative_error
-from dflash_sglang_tools.gpu_check.markdown import bound_rows, draft_share, fmt, render, speedup_bound, table
+from dflash_sglang_tools.gpu_check.markdown import (
+    bound_rows,
+    draft_share,
+    fmt,
+    render,
+    speedup_bound,
+    t_positive_math_ms,
+    table,
+)
 from dflash_sglang_tools.gpu_check.target import TargetStep, random_target
 from dflash_sglang_tools.gpu_check.timing import describe, same
 
@@ -94,12 +104,77 @@ def test_bound_is_recomputed_from_the_timings(run):
 
 def test_markdown_shows_the_json(run):
     report, text = run
-    for title in ("## Drafter", "## Verify-side math", "## Target", "## Speedup bound"):
+    for title in (
+        "## Drafter",
+        "## Verify-side math",
+        "## Target",
+        "## T > 0 verify math",
+        "## Speedup bound",
+    ):
         assert title in text
     assert "CPU (tiny shapes)" in text and "float32" in text and "| tau=8 |" in text
     for row in report["bound"]:
         line = next(x for x in text.splitlines() if x.startswith(f"| {row['batch']} | eager |"))
         assert f"{row['bound'][7]:.2f}x" in line and f"{100 * row['draft_share']:.1f}%" in line
+
+
+def test_t_positive_table_times_every_path_against_the_floor(run):
+    report, text = run
+    rows = report["t_positive"]
+    keys = [key for key, _ in t_positive.PATHS]
+    assert keys[0] == "floor" and len(set(keys)) == len(keys) == 11
+    expected = [(f, 1024, b) for b in (1, 2) for f in t_positive.FILTERS]
+    assert [(r["filter"], r["vocab"], r["batch"]) for r in rows] == expected
+    for r in rows:
+        assert list(r["paths"]) == keys and r["outputs"] == "valid" and r["law_max_diff"] is None
+        floor = r["paths"]["floor"]["ms"]
+        assert positive(floor) and r["paths"]["floor"]["x_floor"] == 1.0
+        for key, t in r["paths"].items():
+            assert t["extra_mib"] is None  # no CUDA memory counters on a CPU
+            if key == "law_triton":  # the kernel is CUDA's
+                assert t["ms"] is None and t["note"] == "n/a on cpu"
+                continue
+            assert positive(t["ms"]) and t["x_floor"] == pytest.approx(t["ms"] / floor)
+        line = next(x for x in text.splitlines() if x.startswith(f"| {r['filter']} | 1024 | {r['batch']} | "))
+        assert f"({r['paths']['block']['x_floor']:.0f}x)" in line and "| valid |" in line
+
+
+def test_bound_has_a_t_positive_row_that_counts_the_math(run):
+    report, text = run
+    plain = {r["batch"]: r for r in report["bound"]}
+    sampled = {r["batch"]: r for r in report["t_positive"] if r["filter"] == "cards"}
+    assert [r["batch"] for r in report["bound_t_positive"]] == [1, 2]
+    for row in report["bound_t_positive"]:
+        b, zero = row["batch"], plain[row["batch"]]
+        assert row["math"] == "T > 0" and zero["math"] == "T = 0" and zero["t_math_ms"] is None
+        paths = sampled[b]["paths"]
+        extra = max(0.0, paths["draw"]["ms"] - paths["draft_lm_head"]["ms"]) + paths["sampled"]["ms"]
+        assert extra > 0 and row["t_math_ms"] == pytest.approx(extra)
+        step = row["t_verify_ms"] + row["t_draft_ms"] + extra
+        assert (row["t_decode_ms"], row["t_verify_ms"], row["t_draft_ms"]) == (
+            zero["t_decode_ms"], zero["t_verify_ms"], zero["t_draft_ms"])  # fmt: skip
+        for tau, bound in zip(report["taus"], row["bound"], strict=True):
+            assert bound == pytest.approx(tau * row["t_decode_ms"] / step)
+        assert any(x.startswith(f"| {b} | eager | T > 0 |") for x in text.splitlines())
+
+
+def test_the_tree_draw_is_tree_verify_predictions():
+    """t_positive copies tree/verify.predictions (its module imports SGLang): the same function."""
+    source = (ROOT / "python/dflash_sglang/tree/verify.py").read_text()
+    original = next(
+        node
+        for node in ast.parse(source).body
+        if isinstance(node, ast.FunctionDef) and node.name == "predictions"
+    )
+    copy = ast.parse(inspect.getsource(t_positive.predictions)).body[0]
+    assert ast.dump(copy) == ast.dump(original)
+
+
+def test_t_positive_math_ms():
+    row = {"paths": {"draw": {"ms": 3.0}, "draft_lm_head": {"ms": 1.0}, "sampled": {"ms": 2.5}}}
+    assert t_positive_math_ms(row) == pytest.approx(4.5)
+    assert speedup_bound(2, t_decode=10.0, t_verify=12.0, t_draft=3.0, t_math=5.0) == pytest.approx(1.0)
+    assert draft_share(t_verify=12.0, t_draft=3.0, t_math=5.0) == pytest.approx(0.15)
 
 
 # ---- pure helpers ------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from .acceptance import check_acceptance
 from .draft_step import check_drafter
 from .markdown import TAUS, bound_rows, render
 from .shapes import Shapes, cpu_shapes, gpu_shapes
+from .t_positive import time_t_positive
 from .target import time_target
 from .timing import NOT_ON_CPU
 
@@ -44,6 +45,8 @@ def run(shapes: Shapes, device: torch.device) -> dict[str, Any]:
     drafter = check_drafter(shapes, device)
     progress("target_distribution and acceptance")
     acceptance = check_acceptance(shapes, device)
+    progress("T > 0 verify math")
+    sampled = time_t_positive(shapes, device)
     progress("target")
     target = time_target(shapes, device)
     return {
@@ -53,7 +56,9 @@ def run(shapes: Shapes, device: torch.device) -> dict[str, Any]:
         "drafter": drafter,
         "acceptance": acceptance,
         "target": target,
+        "t_positive": sampled,
         "bound": bound_rows(drafter, target),
+        "bound_t_positive": bound_rows(drafter, target, t_positive=sampled, vocab=shapes.vocab),
     }
 
 

@@ -91,6 +91,9 @@ class Shapes:
     dtype: torch.dtype
     iters: int
     warmup: int
+    # The T > 0 table (t_positive.py): (vocabulary, drafter hidden size) pairs and batches.
+    sampled_vocabs: tuple[tuple[int, int], ...] = ((1024, 64),)
+    sampled_batches: tuple[int, ...] = (1, 2)
 
     @property
     def block_size(self) -> int:
@@ -110,11 +113,20 @@ class Shapes:
             "acceptance_requests": self.requests,
             "iters": self.iters,
             "warmup": self.warmup,
+            "sampled_vocabs": [list(v) for v in self.sampled_vocabs],
+            "sampled_batches": list(self.sampled_batches),
         }
 
 
+# The T > 0 table on a GPU: Qwen3's vocabulary with an 8B drafter's width, then the seed models'.
+GPU_SAMPLED_VOCABS = ((151936, 4096), (248320, 5120))
+
+
 def gpu_shapes(iters: int = 20, warmup: int = 5) -> Shapes:
-    return Shapes(QWEN3_8B_DRAFT, QWEN3_8B_TARGET, (1, 8, 32), 512, 48, torch.bfloat16, iters, warmup)
+    return Shapes(
+        QWEN3_8B_DRAFT, QWEN3_8B_TARGET, (1, 8, 32), 512, 48, torch.bfloat16, iters, warmup,
+        sampled_vocabs=GPU_SAMPLED_VOCABS, sampled_batches=(1, 8, 32, 64),
+    )  # fmt: skip
 
 
 def cpu_shapes(iters: int = 3, warmup: int = 1) -> Shapes:
