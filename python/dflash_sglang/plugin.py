@@ -8,6 +8,8 @@ Through SGLang's HookRegistry it
   (admission/input_checks.py; SGLang's scheduler dies of the first two, the third is a 500),
 - makes `--speculative-algorithm DFLASH` build this package's worker,
 - lets `/set_internal_state` switch its verify policy (width/runtime_policy.py),
+- builds the ReplaySSM pool SGLang refuses DFLASH on a Gated DeltaNet target, and declares its flag
+  for `DFLASH_SGLANG_REPLAY_SSM=1` (admission/replay_ssm.py),
 - resolves `architectures: ["DFlashDraftModel"]` (and its aliases) to this package's draft model,
 - installs the torch stand-ins for GPU-only kernels; each one acts only on CPU tensors and
   hands GPU tensors to SGLang's own kernel.
@@ -24,6 +26,7 @@ Environment:
   DFLASH_SGLANG_DISABLE=1         the plugin does nothing
   DFLASH_SGLANG_WORKER=builtin    keep the CPU layer, run SGLang's built-in DFLASH worker
   DFLASH_SGLANG_CHECK_HOST_SYNC=1 fail any step that reads device data on the host (runtime/host_sync.py)
+  DFLASH_SGLANG_REPLAY_SSM=1      hybrid chains verify through SGLang's ReplaySSM ring (step/replay_choice.py)
   DFLASH_SGLANG_FORK_SUBPROCESSES=1  a cpu server forks its subprocesses (cpu/fork_launch.py)
 """
 
@@ -83,7 +86,7 @@ def register() -> None:
     HookRegistry.register(request_checks.TARGET, request_checks.refuse_unsupported_requests, HookType.AROUND)
     # `--enable-linear-replayssm-spec` on a GDN target: our commit replays it (admission/replay_ssm.py).
     HookRegistry.register(replay_ssm.TARGET, replay_ssm.build_pool_for_gdn_replay, HookType.AROUND)
-    HookRegistry.register(replay_ssm.DEFAULT_TARGET, replay_ssm.replay_when_asked, HookType.BEFORE)
+    HookRegistry.register(replay_ssm.ASK_TARGET, replay_ssm.replay_when_asked, HookType.BEFORE)
     # BEFORE and AFTER, not AROUND: the CPU layer already wraps `_handle_dflash` (cpu/platform_checks.py),
     # and SGLang warns at every startup about two AROUND hooks on one target.
     HookRegistry.register(tree_switches.HANDLE_DFLASH, tree_switches.declare_a_chain, HookType.BEFORE)

@@ -52,7 +52,7 @@ def build_pool_for_gdn_replay(original, configurator, **kwargs):
 
 # ---- DFLASH_SGLANG_REPLAY_SSM=1: the ring, declared -------------------------------------------
 
-DEFAULT_TARGET = "sglang.srt.arg_groups.model_hook.handle_mamba_radix_cache"
+ASK_TARGET = "sglang.srt.arg_groups.model_hook.handle_mamba_radix_cache"
 SOURCE = "dflash_sglang.admission.replay_ssm"
 
 
