@@ -11,9 +11,10 @@ from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool
 import dflash_sglang.cpu  # noqa: F401  (the CPU pool's native KV move)
 from dflash_sglang.cpu.kv_pool import native_kv_move_on_cpu
 from dflash_sglang.errors import DFlashConfigError
+from dflash_sglang.sampling.target_law import draw_every_row as predictions
 from dflash_sglang.tree import build as tree
 from dflash_sglang.tree.batch import build_batch_trees
-from dflash_sglang.tree.verify import accept, move_path_to_front, predictions
+from dflash_sglang.tree.verify import accept, move_path_to_front
 
 BS, DEPTH, VOCAB, BUDGET, K = 3, 5, 12, 9, 3
 N = BUDGET + 1

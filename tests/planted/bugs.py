@@ -91,7 +91,7 @@ BUGS = {
         "chain, sampled chain",
     ),
     "tree_node_wrong_row": Bug(
-        "tree/verify.py",
+        TARGET_LAW,
         "return torch.multinomial(probs, 1).view(-1, width)",
         "return torch.multinomial(probs.roll(1, 0), 1).view(-1, width)",
         "each tree node's sample drawn from the row before it (another node's law)",

@@ -143,3 +143,14 @@ def row_cut(scaled, top_k, top_p, min_p, plan: LawPlan) -> torch.Tensor:
         floor = ordered[:, 0] + torch.log(min_p)  # log(0) = -inf: no cut
         cut = torch.maximum(cut, floor)
     return cut
+
+
+def draw_every_row(logits: torch.Tensor, sampling_info, width: int, reqs) -> torch.Tensor:
+    """[bs, N] the target's token at every row (a tree's nodes): argmax, or one draw of its law."""
+    if sampling_info is None or sampling_info.is_all_greedy:
+        return logits.argmax(-1).view(-1, width)
+    law = row_laws(logits, sampling_info, width, plan_for(sampling_info, logits.shape[-1], reqs))
+    rows = torch.arange(logits.shape[0], device=logits.device)
+    scaled = logits.float() / law.temperature.unsqueeze(-1)
+    probs = torch.softmax(law.log_prob(scaled, rows), dim=-1)
+    return torch.multinomial(probs, 1).view(-1, width)

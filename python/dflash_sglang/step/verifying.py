@@ -29,6 +29,7 @@ from ..runtime.spec_info import host_read_bound
 from ..sampling.accept import Acceptance, greedy_accept
 from ..sampling.penalties import PenaltyLedger
 from ..sampling.sampled_verify import sampled_accept
+from ..sampling.target_law import draw_every_row
 from ..sampling.verify_logits import adjust_verify_logits, grammar_tree
 from ..tree import verify as tree_verify
 from . import ragged
@@ -88,7 +89,7 @@ class TreeRule:
         """rows: per-request lengths (step/ragged.py), each request walking its first L_i nodes."""
         info, size = batch.sampling_info, block.tokens.shape[1]
         greedy = info is None or info.is_all_greedy
-        predictions = self.tp.predictions(tree_verify.predictions(logits, info, size, batch.reqs), greedy)
+        predictions = self.tp.predictions(draw_every_row(logits, info, size, batch.reqs), greedy)
         lengths = None if rows is None else rows.lengths
         accepted, front = tree_verify.accept(block.tree, predictions, lengths)
         self.widths.walked(batch.reqs, front, accepted.lengths, None if rows is None else rows.lengths_cpu)

@@ -31,7 +31,6 @@ from sglang.srt.speculative.eagle_utils import TreeMaskMode
 from ..errors import DFlashConfigError
 from ..runtime.block import Block, block_kv_plan
 from ..sampling.accept import Acceptance
-from ..sampling.target_law import plan_for, row_laws
 from .batch import BatchTree, build_batch_trees, follow_batch, path_tokens
 from .switches import TreeSettings
 
@@ -170,17 +169,6 @@ def attach(verify_input, tree: BatchTree, seq_lens: torch.Tensor, prefix_bound: 
     else:
         verify_input.custom_mask = tree.full_mask(seq_lens, prefix_bound)
     verify_input.retrieve_next_token, verify_input.retrieve_next_sibling = tree.retrieve_arrays()
-
-
-def predictions(logits: torch.Tensor, sampling_info, width: int, reqs) -> torch.Tensor:
-    """[bs, N] the target's token at every node: argmax, or one draw of its sampling law."""
-    if sampling_info is None or sampling_info.is_all_greedy:
-        return logits.argmax(-1).view(-1, width)
-    law = row_laws(logits, sampling_info, width, plan_for(sampling_info, logits.shape[-1], reqs))
-    rows = torch.arange(logits.shape[0], device=logits.device)
-    scaled = logits.float() / law.temperature.unsqueeze(-1)
-    probs = torch.softmax(law.log_prob(scaled, rows), dim=-1)
-    return torch.multinomial(probs, 1).view(-1, width)
 
 
 def accept(tree: BatchTree, target_tokens: torch.Tensor, lengths=None) -> tuple[Acceptance, torch.Tensor]:

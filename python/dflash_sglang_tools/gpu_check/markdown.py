@@ -120,7 +120,7 @@ def render(report: dict[str, Any]) -> str:
         "floor, one read of the [bs x 16, V] logits). `law`: target_law.row_laws alone; `point`: "
         "sampled_accept of argmax drafts; `draw`: draw_drafts (its LM head included); `sampled` / "
         "`block`: sampled_accept of the drawn drafts, token-wise / block verification; `tree "
-        "draw`: tree/verify.predictions over 16 nodes; `tree build`: build_batch_trees, budget 15, "
+        "draw`: target_law.draw_every_row over 16 nodes; `tree build`: build_batch_trees, budget 15, "
         "8 children.",
         "",
         t_positive_table(report["t_positive"]),

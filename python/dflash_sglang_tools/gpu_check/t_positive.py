@@ -4,8 +4,7 @@ to the memory floor (one read of the [bs x B, V] verify logits) and to greedy, a
 Inputs as the H200 sampling probe (the shared notes' gpu-sampling-probe.py) builds them: float32 verify logits
 (3 * randn), argmax drafts that agree for the first 5 positions, the drafter's features and a
 random LM head in the check's dtype. Every path is the package's own function, eager; the tree's
-draw is `tree/verify.predictions`, copied below because its module imports SGLang (the test
-checks the copy against the source).
+draw is `target_law.draw_every_row`, as the tree rule calls it.
 """
 
 from __future__ import annotations
@@ -21,7 +20,7 @@ from dflash_sglang.sampling import target_law
 from dflash_sglang.sampling.accept import greedy_accept
 from dflash_sglang.sampling.sampled_drafts import draw_drafts
 from dflash_sglang.sampling.sampled_verify import sampled_accept
-from dflash_sglang.sampling.target_law import plan_for, row_laws
+from dflash_sglang.sampling.target_law import draw_every_row, plan_for, row_laws
 from dflash_sglang.tree.batch import build_batch_trees
 
 from .acceptance import valid_acceptance
@@ -62,17 +61,6 @@ def sampling_info(kind: str, bs: int, vocab: int, device: torch.device) -> Simpl
         need_min_p_sampling=False,
         max_top_k=20 if cards else None,
     )
-
-
-def predictions(logits: torch.Tensor, sampling_info, width: int, reqs) -> torch.Tensor:
-    """[bs, N] the target's token at every node: argmax, or one draw of its sampling law."""
-    if sampling_info is None or sampling_info.is_all_greedy:
-        return logits.argmax(-1).view(-1, width)
-    law = row_laws(logits, sampling_info, width, plan_for(sampling_info, logits.shape[-1], reqs))
-    rows = torch.arange(logits.shape[0], device=logits.device)
-    scaled = logits.float() / law.temperature.unsqueeze(-1)
-    probs = torch.softmax(law.log_prob(scaled, rows), dim=-1)
-    return torch.multinomial(probs, 1).view(-1, width)
 
 
 @contextlib.contextmanager
@@ -142,7 +130,7 @@ def paths(x: Inputs, info, device: torch.device) -> dict[str, Callable[[], Any] 
         "block": lambda: sampled_accept(
             drafts, x.logits, info, B, proposal=proposal, block_verification=True
         ),
-        "tree_draw": lambda: predictions(x.logits, info, B, None),
+        "tree_draw": lambda: draw_every_row(x.logits, info, B, None),
         "tree_build": lambda: build_batch_trees(x.roots, x.draft_logprobs, B - 1, TREE_CHILDREN),
     }
 
@@ -156,7 +144,7 @@ def outputs_valid(x: Inputs, info) -> bool:
     ok &= valid_acceptance(sampled_accept(drafts, x.logits, info, B, proposal=proposal), drafts)
     block = sampled_accept(drafts, x.logits, info, B, proposal=proposal, block_verification=True)
     ok &= valid_acceptance(block, drafts)
-    tree = predictions(x.logits, info, B, None)
+    tree = draw_every_row(x.logits, info, B, None)
     ok &= tree.shape == (x.bs, B) and bool(((tree >= 0) & (tree < V)).all())
     built = build_batch_trees(x.roots, x.draft_logprobs, B - 1, TREE_CHILDREN)
     return ok and built.tokens.shape == (x.bs, B)
