@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # DFLASH on CPU with the embedded tiny HYBRID pair: a Qwen3.5-style target (3 Gated DeltaNet
 # linear attention layers and 1 full attention layer) and its drafter, trained on CPU and shipped
-# in the package (make tiny-hybrid-pair regenerates them). launch/tiny-cpu.sh's flags, plus what a
+# in the package (make tiny-hybrid-pair regenerates them). launch/tiny-cpu.sh with this pair, plus what a
 # hybrid target needs on CPU, as the hybrid server tests run it (tests/server/hybrid.py):
 # - SGLANG_MAMBA_CONV_DTYPE=float32: the conv state in float32 (SGLang keeps it in bfloat16
 #   otherwise), so greedy text matches a float32 no-spec server and transformers;
@@ -12,27 +12,10 @@
 # `make demo` against it starts its no-spec server with the same flags and environment.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PY=${PY:-.venv/bin/python}
-PAIR=${PAIR:-python/dflash_sglang/assets/tiny-hybrid-pair}
-PORT=${PORT:-30000}
-BLOCK=${BLOCK:-8}
 MAMBA_CACHE=${MAMBA_CACHE:-64}
 MAMBA_ARGS=${MAMBA_ARGS:---mamba-radix-cache-strategy no_buffer --disable-overlap-schedule}
 export SGLANG_MAMBA_CONV_DTYPE=${SGLANG_MAMBA_CONV_DTYPE:-float32}
+export PAIR=${PAIR:-python/dflash_sglang/assets/tiny-hybrid-pair}
 
 # shellcheck disable=SC2086  # MAMBA_ARGS is a list of flags
-exec "$PY" -m sglang.launch_server \
-    --model-path "$PAIR/target" \
-    --speculative-algorithm DFLASH \
-    --speculative-draft-model-path "$PAIR/draft" \
-    --speculative-num-draft-tokens "$BLOCK" \
-    --device cpu \
-    --dtype float32 \
-    --attention-backend torch_native \
-    --max-total-tokens 8192 \
-    --max-mamba-cache-size "$MAMBA_CACHE" \
-    $MAMBA_ARGS \
-    --sleep-on-idle \
-    --host 127.0.0.1 \
-    --port "$PORT" \
-    "$@"
+exec launch/tiny-cpu.sh --max-mamba-cache-size "$MAMBA_CACHE" $MAMBA_ARGS "$@"
