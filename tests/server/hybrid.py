@@ -80,3 +80,23 @@ def assert_request_features_equal_nospec(server, nospec) -> None:
     for (name, body), got in zip(bodies.items(), together, strict=True):
         want = comparable(send(nospec, "/generate", body))
         assert_same(comparable(got), want, name, HYBRID_LOGPROB_TOLERANCE)
+
+
+def assert_alone_and_concurrent_equal(server, expected) -> None:
+    """prompts() one at a time and all at once equal `expected` (the target alone), drafts accepted."""
+    alone = [generate(server, ids) for ids in prompts()]
+    assert [out["output_ids"] for out in alone] == expected
+    assert max(out["meta_info"]["spec_accept_length"] for out in alone) > 1  # drafts were accepted
+    with ThreadPoolExecutor(len(expected)) as pool:
+        together = list(pool.map(lambda ids: generate(server, ids), prompts()))
+    assert [out["output_ids"] for out in together] == expected
+
+
+def assert_extension_equals_the_target(server, target, expected, radix: bool = True) -> None:
+    """Each prompt extended by 30 of its output tokens: 8 more equal the target alone, and (radix
+    cache on) a tracked state past the 64-token grid was reused."""
+    longer = [ids + out[:30] for ids, out in zip(prompts(), expected, strict=True)]
+    outputs = [generate(server, ids, 8) for ids in longer]
+    assert [out["output_ids"] for out in outputs] == [greedy(target, ids, 8) for ids in longer]
+    if radix:
+        assert max(out["meta_info"]["cached_tokens"] for out in outputs) >= TRACK_INTERVAL

@@ -14,8 +14,6 @@ ring, and the step log shows the ragged steps that ran.
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
-
 import pytest
 
 from dflash_sglang.step.replay_choice import REPLAY_ENV
@@ -29,7 +27,8 @@ from .hybrid import (
     HYBRID_ARGS,
     HYBRID_ENV,
     MAX_NEW,
-    TRACK_INTERVAL,
+    assert_alone_and_concurrent_equal,
+    assert_extension_equals_the_target,
     generate,
     greedy,
     load_target,
@@ -72,20 +71,12 @@ def test_the_startup_log_says_per_request_lengths_through_the_ring(case):
 
 def test_alone_and_concurrent_equal_the_target_alone(case):
     _, server, expected = case
-    alone = [generate(server, ids) for ids in prompts()]
-    assert [out["output_ids"] for out in alone] == expected
-    assert max(out["meta_info"]["spec_accept_length"] for out in alone) > 1  # drafts were accepted
-    with ThreadPoolExecutor(len(expected)) as pool:
-        together = list(pool.map(lambda ids: generate(server, ids), prompts()))
-    assert [out["output_ids"] for out in together] == expected
+    assert_alone_and_concurrent_equal(server, expected)
 
 
 def test_extending_a_finished_request_reuses_its_state_exactly(case):
     pair, server, expected = case
-    longer = [ids + out[:30] for ids, out in zip(prompts(), expected, strict=True)]
-    outputs = [generate(server, ids, 8) for ids in longer]
-    assert [out["output_ids"] for out in outputs] == [greedy(pair.target, ids, 8) for ids in longer]
-    assert max(out["meta_info"]["cached_tokens"] for out in outputs) >= TRACK_INTERVAL
+    assert_extension_equals_the_target(server, pair.target, expected)
 
 
 def test_the_ragged_steps_ran(case):

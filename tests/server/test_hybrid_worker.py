@@ -45,6 +45,8 @@ from .hybrid import (
     HYBRID_ENV,
     MAX_NEW,
     TRACK_INTERVAL,
+    assert_alone_and_concurrent_equal,
+    assert_extension_equals_the_target,
     assert_request_features_equal_nospec,
     generate,
     greedy,
@@ -116,22 +118,13 @@ def test_our_worker_serves_it(case):
 
 
 def test_one_at_a_time_and_concurrent_equal_the_target_alone(case):
-    name, _, server, expected = case
-    alone = [generate(server, ids) for ids in prompts()]
-    assert [out["output_ids"] for out in alone] == expected
-    assert max(out["meta_info"]["spec_accept_length"] for out in alone) > 1  # drafts were accepted
-    with ThreadPoolExecutor(len(expected)) as pool:
-        together = list(pool.map(lambda ids: generate(server, ids), prompts()))
-    assert [out["output_ids"] for out in together] == expected
+    _, _, server, expected = case
+    assert_alone_and_concurrent_equal(server, expected)
 
 
 def test_extending_a_finished_request_reuses_its_state_exactly(case):
     name, pair, server, expected = case
-    longer = [ids + out[:30] for ids, out in zip(prompts(), expected, strict=True)]
-    outputs = [generate(server, ids, 8) for ids in longer]
-    assert [out["output_ids"] for out in outputs] == [greedy(pair.target, ids, 8) for ids in longer]
-    if "noradix" not in name:
-        assert max(out["meta_info"]["cached_tokens"] for out in outputs) >= TRACK_INTERVAL
+    assert_extension_equals_the_target(server, pair.target, expected, radix="noradix" not in name)
 
 
 LAW_PATHS = {
