@@ -22,12 +22,8 @@ Which worker, as the seed cards toggle "schedule overlapping":
   (SGLANG_ENABLE_OVERLAP_PLAN_STREAM=1 moves the scheduler's KV planning to a side stream;
   SGLang's own draft state, which ours extends, implements it.)
 
-Environment:
-  DFLASH_SGLANG_DISABLE=1         the plugin does nothing
-  DFLASH_SGLANG_WORKER=builtin    keep the CPU layer, run SGLang's built-in DFLASH worker
-  DFLASH_SGLANG_CHECK_HOST_SYNC=1 fail any step that reads device data on the host (runtime/host_sync.py)
-  DFLASH_SGLANG_REPLAY_SSM=1      hybrid chains verify through SGLang's ReplaySSM ring (step/replay_choice.py)
-  DFLASH_SGLANG_FORK_SUBPROCESSES=1  a cpu server forks its subprocesses (cpu/fork_launch.py)
+Its own switches, `DFLASH_SGLANG_DISABLE=1` (the plugin does nothing) and `DFLASH_SGLANG_WORKER=builtin`
+(keep the CPU layer, run SGLang's built-in DFLASH worker), are in environment.py with all the others.
 """
 
 from __future__ import annotations
@@ -35,16 +31,11 @@ from __future__ import annotations
 import logging
 import os
 
+from .environment import DISABLE, WORKER
+
 logger = logging.getLogger(__name__)
 
 OVERLAP_FLAGS = ("SGLANG_ENABLE_SPEC_V2", "SGLANG_ENABLE_DFLASH_SPEC_V2")
-
-
-def worker_choice() -> str:
-    choice = os.environ.get("DFLASH_SGLANG_WORKER", "dflash_sglang").strip().lower()
-    if choice not in ("dflash_sglang", "builtin"):
-        raise ValueError(f"DFLASH_SGLANG_WORKER={choice!r}: expected 'dflash_sglang' or 'builtin'")
-    return choice
 
 
 def overlap_requested() -> bool:
@@ -53,8 +44,8 @@ def overlap_requested() -> bool:
 
 
 def register() -> None:
-    if os.environ.get("DFLASH_SGLANG_DISABLE", "") in ("1", "true", "yes"):
-        logger.info("dflash_sglang: disabled by DFLASH_SGLANG_DISABLE")
+    if DISABLE.value():
+        logger.info(f"dflash_sglang: disabled by {DISABLE.name}")
         return
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
@@ -68,7 +59,7 @@ def register() -> None:
     HookRegistry.register(startup_checks.TARGET, startup_checks.check_mamba_strategy, HookType.AROUND)
     for target, check in input_checks.HOOKS:
         HookRegistry.register(target, check, HookType.AROUND)
-    if worker_choice() == "builtin":
+    if WORKER.value() == "builtin":
         return
     HookRegistry.register(
         "sglang.srt.speculative.spec_info.SpeculativeAlgorithm.create_worker",

@@ -6,7 +6,8 @@
     host_copies.py   device -> host copies read a step later, without a sync
     streams.py       the drafter's CUDA stream (overlap worker)
     dp_attention.py  --enable-dp-attention: an idle rank's IDLE verify, metadata after DP padding
+    visibility.py    which keys a drafter block's queries see (the drafter's and cpu/'s attention)
 
-May import: errors and SGLang. Everything above (sampling/, tree/, width/, step/, the worker) may
-import it.
+May import: errors, environment and SGLang. Everything above (sampling/, tree/, width/, step/, the
+worker) may import it.
 """

@@ -24,7 +24,8 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_leaves
 
-ENV_FLAG = "DFLASH_SGLANG_CHECK_HOST_SYNC"
+from ..environment import CHECK_HOST_SYNC
+
 _MARK = "_dflash_device_data"
 
 HOST_READS = {
@@ -68,7 +69,7 @@ def allowed(reason: str):
 
 
 def enabled() -> bool:
-    return os.environ.get(ENV_FLAG, "") in ("1", "true", "yes")
+    return CHECK_HOST_SYNC.value()
 
 
 def mark_device_data(tensors: Iterable) -> None:

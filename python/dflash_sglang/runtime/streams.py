@@ -19,18 +19,19 @@ On CPU, or when disabled, both are no-ops and the step runs the same code in pro
 
 from __future__ import annotations
 
-import os
 from contextlib import contextmanager
 
 import torch
 
-ENV_FLAG = "DFLASH_SGLANG_DRAFTER_STREAM"
+from ..environment import DRAFTER_STREAM
+
+ENV_FLAG = DRAFTER_STREAM.name
 
 
 def drafter_stream_wanted() -> bool:
-    """On unless DFLASH_SGLANG_DRAFTER_STREAM is 0/false/no/off: the overlap worker with the
-    drafter's work on main instead, to time a step with and without the second stream."""
-    return os.environ.get(ENV_FLAG, "1").strip().lower() not in ("0", "false", "no", "off")
+    """On unless DFLASH_SGLANG_DRAFTER_STREAM is off: the overlap worker with the drafter's work
+    on main instead, to time a step with and without the second stream."""
+    return DRAFTER_STREAM.value()
 
 
 class DrafterStream:

@@ -23,29 +23,23 @@ No host reads of device data: the overlap worker draws on its drafter stream.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
-from ..errors import DFlashConfigError
+from ..environment import SAMPLED_DRAFTS
 from .block_verify import block_verification_for
 from .target_law import RowLaw, chunk_rows, plan_for, row_cut
 
-SAMPLED_DRAFTS_ENV = "DFLASH_SGLANG_SAMPLED_DRAFTS"
+SAMPLED_DRAFTS_ENV = SAMPLED_DRAFTS.name
 
 
 def sampled_drafts_requested() -> bool:
     """The switch: `1` or unset samples the drafts at temperature > 0 (the default: on the tiny
     pair's held-out prompts they commit 1.09-1.21x the tokens a step of point drafts at T 0.6-1.0,
     docs/sampled-drafts.md); `0` keeps point drafts (the drafter's argmax, DFlash2's greedy walk)."""
-    text = os.environ.get(SAMPLED_DRAFTS_ENV, "").strip().lower()
-    if text in ("0", "false", "no", "off"):
-        return False
-    if text in ("", "1", "true", "yes", "on"):
-        return True
-    raise DFlashConfigError(f"{SAMPLED_DRAFTS_ENV}={text!r}: expected 1 (sampled) or 0 (point drafts)")
+    return SAMPLED_DRAFTS.value()
 
 
 def drafts_at_temperature(draft_model, tree, simulated, block: bool) -> tuple[bool, bool, str]:

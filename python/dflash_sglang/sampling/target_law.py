@@ -22,16 +22,17 @@ Engine-free: no SGLang imports, no host reads of device data (the overlap worker
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import torch
 
+from ..environment import TRITON_ROW_LAW
+
 # Bytes of one [chunk, V] float32 temporary; a pass holds a few of them (see docs/benchmarks.md).
 CHUNK_BYTES = 64 << 20
 # Devices whose logits take the fused Triton kernel (row_law_triton.py): CUDA unless the switch is
-# "0"; CPU never (the interpreter test sets ("cpu",) to drive this branch under TRITON_INTERPRET).
-TRITON_ROW_LAW_DEVICES = ("cuda",) if os.environ.get("DFLASH_SGLANG_TRITON_ROW_LAW", "1") != "0" else ()
+# off; CPU never (the interpreter test sets ("cpu",) to drive this branch under TRITON_INTERPRET).
+TRITON_ROW_LAW_DEVICES = ("cuda",) if TRITON_ROW_LAW.value() else ()
 
 
 @dataclass(frozen=True)

@@ -8,24 +8,16 @@ default: on CPU its stand-ins ran at 0.88-0.93x a state per position's tokens/s 
 
 from __future__ import annotations
 
-import os
 from types import SimpleNamespace
 
-from ..errors import DFlashConfigError
+from ..environment import REPLAY_SSM
 
-REPLAY_ENV = "DFLASH_SGLANG_REPLAY_SSM"
+REPLAY_ENV = REPLAY_SSM.name
 
 
 def replay_switch() -> bool:
     """`DFLASH_SGLANG_REPLAY_SSM`: 1 the ring, unset or 0 SGLang's flag decides (off unless given)."""
-    text = os.environ.get(REPLAY_ENV, "").strip().lower()
-    if text in ("1", "true", "yes", "on"):
-        return True
-    if text in ("", "0", "false", "no", "off"):
-        return False
-    raise DFlashConfigError(
-        f"{REPLAY_ENV}={text!r}: expected 1 (the ReplaySSM ring) or 0 (state per position)"
-    )
+    return REPLAY_SSM.value()
 
 
 def replay_off_because(cfg, hf_config) -> str | None:

@@ -26,18 +26,18 @@ Nothing here touches SGLang; width/verify_width.py calls it with host-side numbe
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ..environment import FORCED_REQUEST_LENGTHS, PARTIAL_DRAFTER, REQUEST_LENGTHS, Switch
 from ..errors import DFlashConfigError
 from .policy import PLAIN_MARGIN, StepCost
 
-LENGTHS_ENV = "DFLASH_SGLANG_REQUEST_LENGTHS"  # per-request lengths, with the adaptive width
-FORCED_LENGTHS_ENV = "DFLASH_SGLANG_FORCED_REQUEST_LENGTHS"  # "1,4,8": a testing cycle
+LENGTHS_ENV = REQUEST_LENGTHS.name  # per-request lengths, with the adaptive width
+FORCED_LENGTHS_ENV = FORCED_REQUEST_LENGTHS.name  # "1,4,8": a testing cycle
 # A ragged step drafts only its requests of length > 1 (off by default: on the mixed load it ran
 # below drafting every request, 2026-11-27, docs/adaptive.md).
-PARTIAL_DRAFTER_ENV = "DFLASH_SGLANG_PARTIAL_DRAFTER"
+PARTIAL_DRAFTER_ENV = PARTIAL_DRAFTER.name
 
 # Rates are compared at about this many totals T (every T at small batches): a batch of 32 at
 # block 16 has 480 totals, and pricing each on the curve every step cost milliseconds of host time.
@@ -185,28 +185,13 @@ def forced_lengths(pattern: Sequence[int], step: int, batch_size: int, widest: i
     return RequestLengths(lengths, 0.0, 0.0)
 
 
-def switch_value(name: str) -> bool | None:
-    """An on/off environment switch: True (`1`), False (`0`) or None (unset, empty, `default`)."""
-    text = os.environ.get(name, "").strip().lower()
-    if text in ("", "default"):
-        return None
-    if text not in ("1", "true", "yes", "on", "0", "false", "no", "off"):
-        raise DFlashConfigError(f"{name}={text!r}: expected 1 (on) or 0 (off)")
-    return text in ("1", "true", "yes", "on")
-
-
-def env_cycle(name: str, widest: int, what: str) -> tuple[int, ...]:
+def env_cycle(switch: Switch, widest: int, what: str) -> tuple[int, ...]:
     """A forced cycle of `what` (widths, lengths) from a switch, or () when none is set; each must
     be in 1..widest."""
-    text = os.environ.get(name, "").strip()
-    if not text:
-        return ()
-    try:
-        cycle = tuple(int(part) for part in text.split(","))
-    except ValueError:
-        raise DFlashConfigError(f"{name}={text!r}: expected comma-separated integers") from None
-    if not cycle or any(not 1 <= n <= widest for n in cycle):
-        raise DFlashConfigError(f"{name}={text!r}: each {what} must be in 1..{widest}")
+    cycle = switch.value()
+    if any(not 1 <= n <= widest for n in cycle):
+        text = ",".join(map(str, cycle))
+        raise DFlashConfigError(f"{switch.name}={text!r}: each {what} must be in 1..{widest}")
     return cycle
 
 
@@ -222,7 +207,7 @@ def per_request_requested(off_because: str | None, by_default: bool = True) -> b
     """The per-request lengths switch (with the adaptive width): `1` on, `0` off, unset on where
     the path can verify them (`off_because` None) and `by_default`, else off; `1` where the path
     cannot fails, naming why."""
-    on = switch_value(LENGTHS_ENV)
+    on = REQUEST_LENGTHS.value()
     if on is None:
         return by_default and off_because is None
     if on and off_because is not None:
@@ -233,7 +218,7 @@ def per_request_requested(off_because: str | None, by_default: bool = True) -> b
 def partial_drafter_requested(window_size: int | None) -> bool:
     """The partial drafter switch: `1` on (refused with a draft window, whose ring drafts every
     request), unset or `0` off."""
-    on = bool(switch_value(PARTIAL_DRAFTER_ENV))
+    on = PARTIAL_DRAFTER.value()
     if on and window_size is not None:
         raise DFlashConfigError(
             f"{PARTIAL_DRAFTER_ENV}=1 with --speculative-draft-window-size: the ring drafts every request"
@@ -243,7 +228,7 @@ def partial_drafter_requested(window_size: int | None) -> bool:
 
 def forced_request_lengths(widest: int, off_because: str | None) -> tuple[int, ...]:
     """The forced cycle of per-request lengths (a testing switch), or () when none is set."""
-    lengths = env_cycle(FORCED_LENGTHS_ENV, widest, "length")
+    lengths = env_cycle(FORCED_REQUEST_LENGTHS, widest, "length")
     if lengths and off_because is not None:
         raise DFlashConfigError(f"{FORCED_LENGTHS_ENV}: {off_because}")
     return lengths

@@ -21,16 +21,15 @@ a narrower step would. Trees are refused with either switch (a tree's acceptance
 
 from __future__ import annotations
 
-import os
-
 import torch
 from sglang.srt.environ import envs
 from sglang.srt.speculative.spec_utils import sample_simulated_acc_len
 
+from ..environment import SIMULATE_ACCEPTANCE
 from ..errors import DFlashConfigError
 from ..sampling.accept import Acceptance, accepted_prefix_length
 
-PROFILE_ENV = "DFLASH_SGLANG_SIMULATE_ACCEPTANCE"
+PROFILE_ENV = SIMULATE_ACCEPTANCE.name
 SGLANG_LENGTH_ENV = "SGLANG_SIMULATE_ACC_LEN"
 FIXED_TOKEN = 100  # SGLang's "fixed" token mode emits this id
 
@@ -48,12 +47,12 @@ class SimulatedAcceptance:
 
     @classmethod
     def from_env(cls) -> SimulatedAcceptance | None:
-        profile = os.environ.get(PROFILE_ENV, "").strip()
+        profile = SIMULATE_ACCEPTANCE.value()  # per-position rates, or () where unset
         length = float(envs.SGLANG_SIMULATE_ACC_LEN.get())
         if profile and length > 0:
             raise DFlashConfigError(f"{PROFILE_ENV} and {SGLANG_LENGTH_ENV}: set one of the two")
         if profile:
-            return cls(parse_rates(profile), None, "", "real-draft-token")
+            return cls(list(profile), None, "", "real-draft-token")
         if length <= 0:
             return None
         token_mode = envs.SGLANG_SIMULATE_ACC_TOKEN_MODE.get()
@@ -96,15 +95,3 @@ class SimulatedAcceptance:
         drafts = torch.cat([block_tokens[:, 1:], block_tokens[:, :1]], dim=1)
         tokens = torch.where(columns < accepted.unsqueeze(1), drafts, target_tokens)
         return Acceptance(accepted + 1, tokens)
-
-
-def parse_rates(profile: str) -> list[float]:
-    try:
-        rates = [float(r) for r in profile.split(",")]
-    except ValueError:
-        rates = []
-    if not rates or not all(0.0 <= r <= 1.0 for r in rates):
-        raise DFlashConfigError(
-            f"{PROFILE_ENV} = {profile!r}: expected acceptance rates in [0, 1], comma-separated"
-        )
-    return rates

@@ -30,11 +30,11 @@ turns per-request lengths off and on (width/runtime_policy.py).
 from __future__ import annotations
 
 import logging
-import os
 from collections import Counter
 
 import torch
 
+from ..environment import ADAPTIVE_WIDTH, REQUEST_LENGTHS, VERIFY_WIDTHS
 from ..errors import DFlashConfigError
 from ..runtime import dp_attention
 from ..runtime.block import block_kv_plan
@@ -51,7 +51,6 @@ from .request_lengths import (
     forced_request_lengths,
     per_request_requested,
     request_lengths,
-    switch_value,
     tree_request_lengths,
 )
 from .runtime_policy import WIDTH, PolicyLedger
@@ -59,8 +58,7 @@ from .signal import WidthSignal
 
 logger = logging.getLogger(__name__)
 
-WIDTHS_ENV = "DFLASH_SGLANG_VERIFY_WIDTHS"
-ADAPTIVE_ENV = "DFLASH_SGLANG_ADAPTIVE_WIDTH"
+WIDTHS_ENV, ADAPTIVE_ENV = VERIFY_WIDTHS.name, ADAPTIVE_WIDTH.name
 REPORT_EVERY = 100  # steps between log lines of the widths that ran (SGLang logs decode every 40)
 # Every so many adaptive steps, the best-rated candidate wider than the choice: a step verifies
 # only its own width's drafts (and is timed at its own width), so without it a policy that settled
@@ -99,7 +97,7 @@ def drafts_fit(ranked, widest: int, batch_size: int) -> bool:
 
 def adaptive_requested(by_default: bool = False) -> bool:
     """The switch: `1` on, `0` off, unset (or empty) `by_default`."""
-    on = switch_value(ADAPTIVE_ENV)
+    on = ADAPTIVE_WIDTH.value()
     if on is None:
         return by_default and not dp_attention.enabled()
     if on and dp_attention.enabled():
@@ -119,7 +117,7 @@ def adaptive_default_off_because(model_runner) -> str | None:
 
 def forced_widths(widest: int) -> tuple[int, ...]:
     """The forced cycle of widths, or () when none is set; each must be in 1..widest."""
-    widths = env_cycle(WIDTHS_ENV, widest, "width")
+    widths = env_cycle(VERIFY_WIDTHS, widest, "width")
     if widths and dp_attention.enabled():
         raise DFlashConfigError(f"{WIDTHS_ENV} with --enable-dp-attention: DP ranks verify whole blocks")
     return widths
@@ -174,13 +172,13 @@ class VerifyWidth:
             return f"forced per-request lengths {list(self.forced_lengths)}"
         if self.pattern:
             return f"forced cycle {list(self.pattern)}"
-        explicit = os.environ.get(ADAPTIVE_ENV, "").strip().lower() not in ("", "default")
+        explicit = ADAPTIVE_WIDTH.value() is not None
         if self.adaptive:
             how = "adaptive" if explicit else f"adaptive (the default here; {ADAPTIVE_ENV}=0 turns it off)"
             if self.per_request:
                 partial = ", drafting only requests that verify drafts" if self.partial_drafter else ""
                 return f"{how}, per request ({LENGTHS_ENV}=0: one width a batch{partial})"
-            asked_off = switch_value(LENGTHS_ENV) is not None  # else a tree's default
+            asked_off = REQUEST_LENGTHS.value() is not None  # else a tree's default
             why = self.ragged_off_because or (
                 f"{LENGTHS_ENV}=0" if asked_off or not self.trees else TREES_ONE_BUDGET
             )

@@ -20,7 +20,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from dflash_sglang.width.simulated_acceptance import PROFILE_ENV, parse_rates
+from dflash_sglang.environment import SIMULATE_ACCEPTANCE
 
 from ..testing.tiny_dense import TinyShape, write_tiny_pair
 from .cli import concurrency_list
@@ -49,9 +49,9 @@ VARIANTS = [
 def variants(profile: str | None) -> list[Variant]:
     if profile is None:
         return VARIANTS
-    simulated = {PROFILE_ENV: profile}
+    switch = SIMULATE_ACCEPTANCE.name
     return [VARIANTS[0]] + [
-        Variant(v.label, True, {**v.env, **simulated}, f"{v.notes}, {PROFILE_ENV}={profile}", block=BLOCK)
+        Variant(v.label, True, {**v.env, switch: profile}, f"{v.notes}, {switch}={profile}", block=BLOCK)
         for v in VARIANTS[1:]
     ]
 
@@ -61,7 +61,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m dflash_sglang_tools.bench.adaptive", description=summary)
     p.add_argument("--pair", type=Path, default=Path(".bench-adaptive-pair"), help="written if missing")
     p.add_argument("--out", type=Path, default=Path("docs/bench"))
-    p.add_argument("--docs", type=Path, default=Path("docs/adaptive.md"))
+    p.add_argument("--docs", type=Path, default=Path("docs/benchmarks.md"))
     p.add_argument("--concurrency", type=concurrency_list, default=[1, 4, 8, 16, 32])
     p.add_argument(
         "--simulate-acceptance",
@@ -79,8 +79,9 @@ def main(argv=None) -> int:
     sampling = Sampling(args.max_tokens)
     profile = args.simulate_acceptance
     drafter = "random 1-layer drafter" if profile is None else f"acceptance simulated at rates {profile}"
-    if profile is not None:
-        parse_rates(profile)  # fails here, naming the switch, rather than in every server
+    # A bad profile fails here, naming the switch, rather than in every server.
+    if profile is not None and not SIMULATE_ACCEPTANCE.parse(profile):
+        p.error("--simulate-acceptance: at least one rate")
     dataset = f"random target, hidden 1024 x 8 layers, {drafter} (block {BLOCK}); tiny prompts"
     run = new_run(dataset, len(prompts), sampling, args.concurrency, "no-spec")
     run.repeats = args.repeats
