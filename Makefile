@@ -59,25 +59,26 @@ bench:
 	$(PY) -m dflash_sglang_tools.bench.suite --pair $(PAIR) --out docs/bench --docs docs/benchmarks.md $(BENCH_ARGS)
 
 # The adaptive verify width under load (docs/adaptive.md): a random target of real layer shapes,
-# acceptance simulated at a trained drafter's per-position rates, then with none (the worst case).
+# acceptance simulated at a trained drafter's per-position rates, then with none (the worst case);
+# tables and plots in docs/bench/ and docs/benchmarks.md.
 SIMULATED_ACCEPTANCE ?= 0.9,0.85,0.8
 bench-adaptive:
 	$(PY) -m dflash_sglang_tools.bench.adaptive --simulate-acceptance $(SIMULATED_ACCEPTANCE) --max-tokens 128
 	$(PY) -m dflash_sglang_tools.bench.adaptive
 
 # A new server's first bursts against its steady state and no-spec, fresh servers interleaved,
-# REPEATS times (docs/adaptive.md, "The first burst").
+# REPEATS times (docs/bench/first-burst.json; the runs so far: docs/journal/adaptive.md).
 REPEATS ?= 3
 bench-first-burst:
 	$(PY) -m dflash_sglang_tools.bench.first_burst --repeats $(REPEATS)
 
 # Per-request verify lengths against one width a batch: greedy chat, and chat mixed with requests
-# at temperature 1.0 whose drafts rarely fit; fresh servers interleaved, REPEATS times (docs/adaptive.md).
+# at temperature 1.0 whose drafts rarely fit; fresh servers interleaved, REPEATS times (docs/benchmarks.md).
 bench-mixed:
 	$(PY) -m dflash_sglang_tools.bench.mixed_load --repeats $(REPEATS)
 
 # Verify policies compared inside one server process, switched between bursts through
-# /set_internal_state, so a process's own speed cancels out (docs/adaptive.md). LOAD=chat or mixed;
+# /set_internal_state, so a process's own speed cancels out (docs/journal/adaptive.md). LOAD=chat or mixed;
 # trees (their default, one budget a batch, against the fixed trees):
 # ONE_PROCESS_ARGS="--topk 8 --block 64 --fixed 16,32,64 --without 'per request'".
 LOAD ?= chat

@@ -1,7 +1,10 @@
 """`make bench` and `make demo` without servers: the pair fallback, the docs section, and the
 no-spec launch command the demo derives from the DFLASH server's."""
 
-from dflash_sglang_tools.bench import suite
+import inspect
+from pathlib import Path
+
+from dflash_sglang_tools.bench import adaptive, mixed_load, suite
 from dflash_sglang_tools.demo import plain_args
 
 LAUNCH = (
@@ -32,6 +35,17 @@ def test_embed_replaces_only_the_marked_section(tmp_path):
     docs.write_text("no markers")
     assert not suite.embed(docs, "x") and docs.read_text() == "no markers"
     assert not suite.embed(tmp_path / "missing.md", "x")
+
+
+def test_every_tool_writes_its_section_of_the_one_results_page():
+    """`make bench`, `make bench-adaptive` and `make bench-mixed` default to docs/benchmarks.md,
+    and that page holds one begin and one end marker for every section they write."""
+    default = 'default=Path("docs/benchmarks.md")'
+    assert all(default in inspect.getsource(tool.main) for tool in (suite, adaptive, mixed_load))
+    text = (Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md").read_text()
+    for marker in [*suite.MARKERS.values(), *(marker for _, marker in mixed_load.LOADS.values())]:
+        assert text.count(f"<!-- {marker}: begin -->") == 1, marker
+        assert text.count(f"<!-- {marker}: end -->") == 1, marker
 
 
 def test_every_run_starts_with_its_no_spec_baseline_and_tp_runs_at_tp2():

@@ -1,4 +1,4 @@
-"""What a new server's first users pay while the adaptive width learns (docs/adaptive.md):
+"""What a new server's first users pay while the adaptive width learns (docs/journal/adaptive.md):
 
     python -m dflash_sglang_tools.bench.first_burst [--repeats 3]
 

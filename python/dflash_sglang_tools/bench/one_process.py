@@ -1,4 +1,4 @@
-"""`make bench-one-process`: verify policies compared inside one server process (docs/adaptive.md).
+"""`make bench-one-process`: verify policies compared inside one server process (docs/journal/adaptive.md).
 
     python -m dflash_sglang_tools.bench.one_process [--rounds 8] [--concurrency 16] [--load chat]
 

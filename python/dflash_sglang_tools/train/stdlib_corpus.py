@@ -11,7 +11,7 @@ written):
 The source is the function's, decorators dropped, dedented; the code a reading prompt shows is
 that source without its docstring (which would hold the answer). Answers keep their docstrings:
 a drafter predicts a docstring's frame well, and a target trained without them (code alone)
-was harder to draft for (docs/benchmarks.md, the 2026-11-25 retrain).
+was harder to draft for (docs/journal/benchmarks.md, the 2026-11-25 retrain).
 
 Files are read in sorted order and a pair goes to the held-out split by a hash of its module and
 qualified name, so the corpus and its split are the same on every run of one Python version.
