@@ -36,7 +36,7 @@ from .policy import PLAIN_MARGIN, StepCost
 LENGTHS_ENV = REQUEST_LENGTHS.name  # per-request lengths, with the adaptive width
 FORCED_LENGTHS_ENV = FORCED_REQUEST_LENGTHS.name  # "1,4,8": a testing cycle
 # A ragged step drafts only its requests of length > 1 (off by default: on the mixed load it ran
-# below drafting every request, 2026-11-27, docs/adaptive.md).
+# below drafting every request, 2026-11-27, docs/journal/adaptive.md).
 PARTIAL_DRAFTER_ENV = PARTIAL_DRAFTER.name
 
 # Rates are compared at about this many totals T (every T at small batches): a batch of 32 at
@@ -197,7 +197,7 @@ def env_cycle(switch: Switch, widest: int, what: str) -> tuple[int, ...]:
 
 # Trees take one budget a batch unless asked: inside one server process (bench/one_process.py) the
 # adaptive 64-node tree with per-request budgets ran at 0.88 / 0.91 of one budget a batch at
-# concurrency 8 / 16 (0 and 2 of 10 rounds above) and level at 4 (docs/adaptive.md, 2026-11-28).
+# concurrency 8 / 16 (0 and 2 of 10 rounds above) and level at 4 (docs/journal/adaptive.md, 2026-11-28).
 TREES_ONE_BUDGET = (
     f"trees: one budget a batch measured ahead of per-request budgets; {LENGTHS_ENV}=1 for them"
 )
