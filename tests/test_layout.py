@@ -16,17 +16,18 @@ TOOLS_PACKAGE = PYTHON / "dflash_sglang_tools"
 
 # Bottom to top: a module may import its own folder and the folders before it, never one after.
 LAYERS = [
-    "errors", "environment", "runtime", "sampling", "tree", "drafter", "width", "cpu", "step", "admission",
+    "errors", "environment", "runtime", "cpu", "sampling", "tree", "drafter", "width", "step", "admission",
     "worker", "overlap", "plugin",  # the step and the entry point
 ]  # fmt: skip
 TOOL_LAYERS = ["testing", "bench", "train", "soak", "gpu_check", "demo", "tree_sim"]
 # The engine-free definition: plain PyTorch and transformers, no SGLang.
 ENGINE_FREE = [
-    "errors", "environment", "drafter.config", "drafter.model", "drafter.reference", "sampling.accept",
-    "drafter.context", "drafter.conv", "drafter.domino", "drafter.generations", "drafter.laguna",
+    "errors", "environment", "runtime.visibility", "drafter.config", "drafter.model",
+    "drafter.reference", "sampling.accept", "drafter.context", "drafter.conv", "drafter.domino",
+    "drafter.generations", "drafter.laguna",
     "drafter.selector", "drafter.variants", "sampling.block_verify", "sampling.distribution",
     "sampling.target_law", "tree.build", "width.request_lengths",
-    "width.policy", "drafter", "sampling", "tree", "width",  # the folders' __init__ run first
+    "width.policy", "runtime", "drafter", "sampling", "tree", "width",  # the folders' __init__ run first
 ]  # fmt: skip
 
 

@@ -9,7 +9,7 @@ import torch
 from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool
 
 import dflash_sglang.cpu  # noqa: F401  (the CPU pool's native KV move)
-from dflash_sglang.cpu.kv_pool import native_kv_move_on_cpu
+from dflash_sglang.cpu.kernels.kv_pool import native_kv_move_on_cpu
 from dflash_sglang.errors import DFlashConfigError
 from dflash_sglang.sampling.target_law import draw_every_row as predictions
 from dflash_sglang.tree import build as tree

@@ -78,7 +78,7 @@ def register() -> None:
     # `--enable-linear-replayssm-spec` on a GDN target: our commit replays it (admission/replay_ssm.py).
     HookRegistry.register(replay_ssm.TARGET, replay_ssm.build_pool_for_gdn_replay, HookType.AROUND)
     HookRegistry.register(replay_ssm.ASK_TARGET, replay_ssm.replay_when_asked, HookType.BEFORE)
-    # BEFORE and AFTER, not AROUND: the CPU layer already wraps `_handle_dflash` (cpu/platform_checks.py),
+    # BEFORE and AFTER, not AROUND: the CPU layer already wraps `_handle_dflash` (cpu/platform/checks.py),
     # and SGLang warns at every startup about two AROUND hooks on one target.
     HookRegistry.register(tree_switches.HANDLE_DFLASH, tree_switches.declare_a_chain, HookType.BEFORE)
     HookRegistry.register(tree_switches.HANDLE_DFLASH, tree_switches.declare_the_tree_width, HookType.AFTER)

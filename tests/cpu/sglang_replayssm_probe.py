@@ -1,5 +1,5 @@
 """SGLang's own GDN ReplaySSM Triton kernels, run by Triton's interpreter on CPU (`TRITON_INTERPRET=1`,
-set by test_gdn_replayssm.py before Triton loads), against cpu/gdn_replayssm.py on the same inputs.
+set by test_gdn_replayssm.py before Triton loads), against cpu/gated_deltanet/replayssm.py on the same inputs.
 
 Each case runs several verify / commit rounds of 3 requests (plus, in one case, a padding request
 with mamba slot -1) through both: `gdn_replayssm_spec_decode`, then `commit_gdn_replayssm_spec`
@@ -125,7 +125,7 @@ def interpreter_bf16_dot_error() -> float:
 def main():
     from sglang.kernels.ops.attention.linear import gdn_replayssm_spec_decode as sglang
 
-    from dflash_sglang.cpu import gdn_replayssm as ours
+    from dflash_sglang.cpu.gated_deltanet import replayssm as ours
 
     def bound(hook):
         return lambda **kw: hook(None, **kw)

@@ -6,9 +6,9 @@ trees:
   modes: the mask, positions and first-child / next-sibling links of a random EAGLE draft, against
   BatchTree's (tree/batch.py) for the same tree;
 - the causal conv1d update with tree links (`causal_conv1d_update`): outputs, saved windows and the
-  parent pointers it derives, against cpu/causal_conv1d.py;
+  parent pointers it derives, against cpu/gated_deltanet/causal_conv1d.py;
 - the GDN recurrent verify with parent pointers (`fused_sigmoid_gating_delta_rule_update`): outputs
-  and the state after every node, against cpu/gdn.py.
+  and the state after every node, against cpu/gated_deltanet/chunk_and_decode.py.
 
 Prints a JSON report as the last stdout line.
 """
@@ -102,7 +102,7 @@ def random_tree(bs: int, n: int):
 def check_conv(report):
     from sglang.kernels.ops.mamba.causal_conv1d_triton import causal_conv1d_update
 
-    from dflash_sglang.cpu.causal_conv1d import causal_conv1d_update_on_cpu
+    from dflash_sglang.cpu.gated_deltanet.causal_conv1d import causal_conv1d_update_on_cpu
 
     bs, n, dim, width, slots = 3, 12, 16, 4, 5
     tree = random_tree(bs, n)
@@ -141,8 +141,8 @@ def check_gdn(report):
         fused_sigmoid_gating_delta_rule_update,
     )
 
-    from dflash_sglang.cpu.causal_conv1d import parents_from_links
-    from dflash_sglang.cpu.gdn import sigmoid_gating_delta_rule_update_on_cpu
+    from dflash_sglang.cpu.gated_deltanet.causal_conv1d import parents_from_links
+    from dflash_sglang.cpu.gated_deltanet.chunk_and_decode import sigmoid_gating_delta_rule_update_on_cpu
 
     bs, n, heads, heads_v, key, value = 3, 12, 2, 4, 16, 16
     tree = random_tree(bs, n)

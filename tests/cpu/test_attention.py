@@ -1,4 +1,4 @@
-"""TARGET_VERIFY attention (cpu/attention.py) against a per-query loop, against SGLang's own
+"""TARGET_VERIFY attention (cpu/kernels/attention.py) against a per-query loop, against SGLang's own
 torch_native extend path, and through the backend hook with a real CPU KV pool."""
 
 import math
@@ -11,7 +11,12 @@ from sglang.srt.layers.radix_attention import AttentionType
 from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool
 from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
-from dflash_sglang.cpu.attention import block_visibility, forward_extend_on_cpu, paged_attention, request_mask
+from dflash_sglang.cpu.kernels.attention import (
+    block_visibility,
+    forward_extend_on_cpu,
+    paged_attention,
+    request_mask,
+)
 
 Q_HEADS, KV_HEADS, DIM, BLOCK = 4, 2, 8, 4
 PREFIXES = [0, 5, 11]  # committed tokens per request

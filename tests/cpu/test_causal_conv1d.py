@@ -1,4 +1,5 @@
-"""The causal conv1d stand-ins (cpu/causal_conv1d.py) against transformers' qwen3_5 `causal_conv1d_update`
+"""The causal conv1d stand-ins (cpu/gated_deltanet/causal_conv1d.py) against transformers'
+qwen3_5 `causal_conv1d_update`
 (concatenate the W-1 state columns and the new inputs, convolve, keep the last W-1 as the state),
 including verify mode, where the window after every step is saved, into a dense buffer and into
 the overlapping as_strided view SGLang's pool uses on CUDA hosts."""
@@ -7,7 +8,11 @@ import pytest
 import torch
 from transformers.models.qwen3_5.modeling_qwen3_5 import causal_conv1d_update as transformers_update
 
-from dflash_sglang.cpu.causal_conv1d import PAD_SLOT_ID, causal_conv1d_fn_on_cpu, causal_conv1d_update_on_cpu
+from dflash_sglang.cpu.gated_deltanet.causal_conv1d import (
+    PAD_SLOT_ID,
+    causal_conv1d_fn_on_cpu,
+    causal_conv1d_update_on_cpu,
+)
 
 DIM, WIDTH, SLOTS = 6, 4, 5
 TOL = dict(atol=1e-5, rtol=1e-5)

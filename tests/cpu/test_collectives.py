@@ -1,4 +1,4 @@
-"""Tensor parallelism on CPU over gloo (cpu/collectives.py), the TP draft argmax and rank 0's
+"""Tensor parallelism on CPU over gloo (cpu/platform/collectives.py), the TP draft argmax and rank 0's
 acceptance on every rank (step/tp_agreement.py): two real ranks (tp_probe.py) build SGLang's own TP
 group and run its collectives against plain torch references."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from dflash_sglang.cpu.collectives import all_gather_into_tensor_on_cpu, group_without_pynccl_on_cpu
+from dflash_sglang.cpu.platform.collectives import all_gather_into_tensor_on_cpu, group_without_pynccl_on_cpu
 from dflash_sglang_tools.testing.server import free_port
 
 

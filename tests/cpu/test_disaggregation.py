@@ -1,4 +1,4 @@
-"""cpu/disaggregation.py: without an accelerator the prefill side takes SGLang's host page-index
+"""cpu/platform/disaggregation.py: without an accelerator the prefill side takes SGLang's host page-index
 path and skips the event-fenced early prefix send; with one, SGLang's own paths are untouched.
 (End to end, tests/server/test_pd.py: without these, the prefill server's scheduler stops.)"""
 
@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from dflash_sglang.cpu import disaggregation
+from dflash_sglang.cpu.platform import disaggregation
 
 
 @pytest.mark.parametrize("accelerator", [False, True])

@@ -1,6 +1,6 @@
-"""cpu/dp_padding.py: the padded-request fill value for torch_native, and the DP gather's copy
+"""cpu/platform/dp_padding.py: the padded-request fill value for torch_native, and the DP gather's copy
 on CPU tensors (against plain slicing); other backends and devices go to SGLang's originals.
-cpu/dp_controller.py: the DP controller's non-blocking receive waits on an idle socket only on a
+cpu/platform/dp_controller.py: the DP controller's non-blocking receive waits on an idle socket only on a
 cpu server with --sleep-on-idle, and a message ends the wait."""
 
 from types import SimpleNamespace
@@ -9,7 +9,7 @@ import pytest
 import torch
 from sglang.srt.layers.attention.torch_native_backend import TorchNativeAttnBackend
 
-from dflash_sglang.cpu.dp_padding import memcpy_on_cpu, padded_seq_len_one_for_torch_native
+from dflash_sglang.cpu.platform.dp_padding import memcpy_on_cpu, padded_seq_len_one_for_torch_native
 
 
 def test_torch_native_pads_with_one_and_others_keep_their_answer():
@@ -48,7 +48,7 @@ def controller_socket(device: str, sleep_on_idle: bool, socket):
     one that returns the controller it was given."""
     from sglang.srt.server_args import ServerArgs
 
-    from dflash_sglang.cpu import dp_controller
+    from dflash_sglang.cpu.platform import dp_controller
 
     args = ServerArgs(model_path="m", device=device, sleep_on_idle=sleep_on_idle)
     controller = SimpleNamespace(server_args=args, recv_from_tokenizer=socket)
@@ -65,7 +65,7 @@ def test_the_dp_controller_waits_only_on_an_idle_sleeping_cpu_server(
     import zmq
     from sglang.srt.managers.io_struct import sock_recv, sock_send
 
-    from dflash_sglang.cpu import dp_controller
+    from dflash_sglang.cpu.platform import dp_controller
 
     monkeypatch.setattr(dp_controller, "IDLE_WAIT_MS", 300)
     receiver, sender = socket_pair

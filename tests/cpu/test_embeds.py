@@ -1,11 +1,11 @@
-"""Input embeddings in the model dtype (cpu/embeds.py): SGLang's _extend_forward_kwargs casts
+"""Input embeddings in the model dtype (cpu/kernels/embeds.py): SGLang's _extend_forward_kwargs casts
 them to bfloat16, which would round a float32 draft block."""
 
 from types import SimpleNamespace
 
 import torch
 
-from dflash_sglang.cpu.embeds import extend_kwargs_in_model_dtype
+from dflash_sglang.cpu.kernels.embeds import extend_kwargs_in_model_dtype
 
 
 def sglang_like(runner, forward_batch, pp_proxy_tensors):

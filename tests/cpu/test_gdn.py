@@ -1,6 +1,6 @@
-"""The Gated DeltaNet stand-ins (cpu/delta_rule.py, cpu/gdn.py) against transformers' pure-torch
-references (qwen3_5's chunked and recurrent gated delta rule), which keep the state as
-[batch, HV, K, V]: SGLang's pool rows are [HV, V, K], the transpose."""
+"""The Gated DeltaNet stand-ins (cpu/gated_deltanet/delta_rule.py, chunk_and_decode.py) against
+transformers' pure-torch references (qwen3_5's chunked and recurrent gated delta rule), which
+keep the state as [batch, HV, K, V]: SGLang's pool rows are [HV, V, K], the transpose."""
 
 import pytest
 import torch
@@ -10,13 +10,13 @@ from transformers.models.qwen3_5.modeling_qwen3_5 import (
     torch_recurrent_gated_delta_rule,
 )
 
-from dflash_sglang.cpu.delta_rule import gated_delta_rule
-from dflash_sglang.cpu.gdn import (
+from dflash_sglang.cpu.gated_deltanet.chunk_and_decode import (
     chunk_gated_delta_rule_on_cpu,
     fused_gdn_gating_on_cpu,
     packed_decode_on_cpu,
     sigmoid_gating_delta_rule_update_on_cpu,
 )
+from dflash_sglang.cpu.gated_deltanet.delta_rule import gated_delta_rule
 
 H, HV, K, V = 2, 4, 8, 8  # two value heads per key head, as in Qwen3.5
 SLOTS = 6

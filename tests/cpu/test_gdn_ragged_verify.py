@@ -1,8 +1,8 @@
-"""A ragged TARGET_VERIFY through a Gated DeltaNet layer on CPU (cpu/gdn_ragged_verify.py), under
+"""A ragged TARGET_VERIFY through a Gated DeltaNet layer on CPU (cpu/gated_deltanet/ragged_verify.py), under
 SGLang's ReplaySSM ring: one forward where request i verifies its own L_i tokens equals, request by
 request, SGLang's own `GDNAttnBackend.forward_extend` run on that request alone as a uniform verify
 of width L_i (its [bs, draft_token_num] path), both over the CPU stand-ins of the conv update and
-the ring verify (cpu/causal_conv1d.py, cpu/gdn_replayssm.py): the outputs, the ring records it
+the ring verify (cpu/gated_deltanet/causal_conv1d.py, replayssm.py): the outputs, the ring records it
 writes, the per-step conv windows the commit reads back (step s of request i at its verify row) and
 the live conv state; the checkpoint and the cursors untouched. Rings hold history (write_pos > 0)
 so the verify replays records too. Not ragged: SGLang's original runs; the ring off: refused.
@@ -22,9 +22,9 @@ from sglang.srt.mem_cache.memory_pool import MambaPool
 from sglang.srt.model_executor.forward_batch_info import ForwardMode
 from sglang.srt.speculative.ragged_verify import RaggedVerifyLayout
 
-from dflash_sglang.cpu.causal_conv1d import causal_conv1d_update_on_cpu
-from dflash_sglang.cpu.gdn_ragged_verify import forward_extend_on_cpu
-from dflash_sglang.cpu.gdn_replayssm import gdn_replayssm_spec_decode_on_cpu
+from dflash_sglang.cpu.gated_deltanet.causal_conv1d import causal_conv1d_update_on_cpu
+from dflash_sglang.cpu.gated_deltanet.ragged_verify import forward_extend_on_cpu
+from dflash_sglang.cpu.gated_deltanet.replayssm import gdn_replayssm_spec_decode_on_cpu
 
 H, HV, K, W, L = 2, 4, 8, 4, 8  # key heads, value heads, head dim (K == V), conv width, ring length
 SLOTS, ROWS = 8, 8

@@ -1,4 +1,4 @@
-"""GDN ReplaySSM spec-verify on CPU (cpu/gdn_replayssm.py): the verify, the cursor advance and the
+"""GDN ReplaySSM spec-verify on CPU (cpu/gated_deltanet/replayssm.py): the verify, the cursor advance and the
 circular commit, over a run of verify windows with random accept counts, against
 
 - an independent float64 reference: the gated delta rule token by token, fed only the accepted
@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from dflash_sglang.cpu.gdn_replayssm import (
+from dflash_sglang.cpu.gated_deltanet.replayssm import (
     commit_gdn_replayssm_circular_on_cpu,
     commit_gdn_replayssm_spec_on_cpu,
     gdn_replayssm_spec_decode_on_cpu,

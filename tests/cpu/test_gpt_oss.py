@@ -1,4 +1,4 @@
-"""A gpt-oss server's resolution on cpu (cpu/gpt_oss.py, no_accelerator.py), on SGLang's real
+"""A gpt-oss server's resolution on cpu (cpu/platform/gpt_oss.py, no_accelerator.py), on SGLang's real
 `handle_model_specific_adjustments` and a tiny GptOssForCausalLM checkpoint: SGLang refuses
 torch_native for it; with the hook that check passes, nothing else changes and the temporary
 declaration is gone; without an accelerator the MoE runner stays off triton_kernels."""
@@ -11,7 +11,7 @@ from sglang.srt.arg_groups.model_overrides import gpt_oss as gpt_oss_overrides
 from sglang.srt.arg_groups.overrides import attention_backends_of, resolved_view
 from sglang.srt.server_args import ServerArgs
 
-from dflash_sglang.cpu import gpt_oss, no_accelerator
+from dflash_sglang.cpu.platform import gpt_oss, no_accelerator
 from dflash_sglang_tools.testing.tiny_families import write_tiny_family_pair
 
 

@@ -13,10 +13,10 @@ import pytest
 from dflash_sglang.cpu.hooks import HOOKS
 
 SIGNATURES = {
-    # The DP controller's receive on an idle cpu server (cpu/dp_controller.py).
+    # The DP controller's receive on an idle cpu server (cpu/platform/dp_controller.py).
     "sglang.srt.managers.data_parallel_controller.DataParallelController.event_loop":
         "(self)",
-    # Opt-in forked subprocesses on a cpu server (cpu/fork_launch.py).
+    # Opt-in forked subprocesses on a cpu server (cpu/platform/fork_launch.py).
     "sglang.srt.entrypoints.engine._set_envs_and_config":
         "(server_args: 'ServerArgs')",
     "sglang.srt.layers.rotary_embedding.base.RotaryEmbedding.__init__":
@@ -128,13 +128,13 @@ SIGNATURES = {
         "replayssm_rawv: Optional[torch.Tensor] = None, replayssm_rawk: Optional[torch.Tensor] = None, "
         "replayssm_g: Optional[torch.Tensor] = None, replayssm_beta: Optional[torch.Tensor] = None, "
         "match_cutedsl_decode: bool = False)",
-    # A ragged TARGET_VERIFY through the GDN layers (cpu/gdn_ragged_verify.py).
+    # A ragged TARGET_VERIFY through the GDN layers (cpu/gated_deltanet/ragged_verify.py).
     "sglang.srt.layers.attention.linear.gdn_backend.GDNAttnBackend.forward_extend":
         "(self, layer: sglang.srt.layers.radix_linear_attention.RadixLinearAttention, "
         "forward_batch: sglang.srt.model_executor.forward_batch_info.ForwardBatch, "
         "mixed_qkv: Union[torch.Tensor, Tuple[torch.Tensor, ...]], a: torch.Tensor, b: torch.Tensor, "
         "**kwargs)",
-    # ReplaySSM spec-verify ring (cpu/gdn_replayssm.py). dot_precision's default is 'tf32' where
+    # ReplaySSM spec-verify ring (cpu/gated_deltanet/replayssm.py). dot_precision's default is 'tf32' where
     # SGLang finds TF32 (an Ampere or newer GPU), 'ieee' here.
     "sglang.kernels.ops.attention.linear.gdn_replayssm_spec_decode.gdn_replayssm_spec_decode":
         "(q: 'torch.Tensor', k: 'torch.Tensor', v: 'torch.Tensor', a: 'torch.Tensor', b: 'torch.Tensor', "
@@ -202,7 +202,7 @@ RELIED_ON = [
     ("sglang.srt.arg_groups.overrides",
      ["declare_resolution", "resolving_view", "resolved_view", "attention_backends_of", "model_config_of"]),
     ("sglang.srt.connector", ["ConnectorType", "parse_connector_type"]),
-    # Sliding layers of a hybrid SWA pool are read through its slot translation (cpu/attention.py).
+    # Sliding layers of a hybrid SWA pool are read through its slot translation (cpu/kernels/attention.py).
     ("sglang.srt.mem_cache.swa_memory_pool.SWAKVPool", ["translate_loc_from_full_to_swa", "get_key_buffer"]),
     ("sglang.srt.runtime_context", ["attention_backends", "get_device", "get_spec"]),
     ("sglang.srt.layers.radix_attention.AttentionType", ["ENCODER_ONLY", "DECODER"]),
@@ -215,18 +215,18 @@ RELIED_ON = [
     ("sglang.srt.distributed.parallel_state.GroupCoordinator", ["_all_gather_into_tensor"]),
     ("sglang.srt.layers.dp_attention", ["memcpy_cpu"]),
     ("sglang.srt.layers.attention.torch_native_backend", ["TorchNativeAttnBackend"]),
-    # The MHA form of MLA prefill (cpu/mla.py): the packed lengths it reads, and the pool it detects.
+    # The MHA form of MLA prefill (cpu/kernels/mla.py): the packed lengths it reads, and the pool it detects.
     ("sglang.srt.model_executor.forward_batch_info.ForwardBatch",
      ["extend_seq_lens_cpu", "extend_prefix_lens_cpu"]),
     ("sglang.srt.mem_cache.memory_pool", ["MLATokenToKVPool"]),
-    # The ragged GDN verify (cpu/gdn_ragged_verify.py): what it calls and reads besides its target.
+    # The ragged GDN verify (cpu/gated_deltanet/ragged_verify.py): what it calls and reads besides its target.
     ("sglang.srt.layers.attention.linear.gdn_backend",
      ["causal_conv1d_update", "GDNAttnBackend"]),
     ("sglang.srt.layers.attention.linear.gdn_backend.GDNAttnBackend",
      ["_replayssm_target_verify", "forward_metadata"]),
     ("sglang.srt.layers.attention.linear.utils", ["select_verify_intermediate_state_indices"]),
     ("sglang.srt.speculative.ragged_verify.RaggedVerifyLayout", ["qo_indptr_device", "verify_lens_cpu"]),
-    # The prefill side reads it to choose the host-indices path (cpu/disaggregation.py).
+    # The prefill side reads it to choose the host-indices path (cpu/platform/disaggregation.py).
     ("sglang.srt.disaggregation.mooncake.conn.MooncakeKVSender", ["supports_host_tensor_indices"]),
 ]  # fmt: skip
 

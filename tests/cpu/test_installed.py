@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from dflash_sglang.cpu.hooks import HOOKS
-from dflash_sglang.cpu.platform_checks import SOURCE
+from dflash_sglang.cpu.platform.checks import SOURCE
 from dflash_sglang_tools.testing.tiny_dense import write_tiny_pair
 from dflash_sglang_tools.testing.tiny_hybrid import write_tiny_hybrid_pair
 

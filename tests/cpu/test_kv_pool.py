@@ -1,11 +1,11 @@
-"""KV-pool row moves on CPU (cpu/kv_pool.py): a real MHATokenToKVPool skips the Triton warm-up
+"""KV-pool row moves on CPU (cpu/kernels/kv_pool.py): a real MHATokenToKVPool skips the Triton warm-up
 and moves rows with SGLang's torch path; checked against a per-row copy of every layer."""
 
 import pytest
 import torch
 from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool
 
-from dflash_sglang.cpu.kv_pool import native_kv_move_on_cpu
+from dflash_sglang.cpu.kernels.kv_pool import native_kv_move_on_cpu
 
 LAYERS, SLOTS = 3, 32
 

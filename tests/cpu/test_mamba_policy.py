@@ -1,11 +1,11 @@
-"""The extra_buffer platform policy (cpu/mamba_policy.py).
+"""The extra_buffer platform policy (cpu/platform/mamba_policy.py).
 The resolution itself, through SGLang's argument pipeline, is checked in test_installed.py."""
 
 from types import SimpleNamespace
 
 import pytest
 
-from dflash_sglang.cpu.mamba_policy import (
+from dflash_sglang.cpu.platform.mamba_policy import (
     platform_supports_extra_buffer_on_cpu,
     validate_extra_buffer_on_cpu,
 )

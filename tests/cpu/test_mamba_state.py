@@ -1,11 +1,11 @@
-"""The mamba-pool row copies (cpu/mamba_state.py) against loops written from the Triton kernels'
+"""The mamba-pool row copies (cpu/kernels/mamba_state.py) against loops written from the Triton kernels'
 semantics: the verify commit `pool[:, dst[i]] = scratch[:, src[i], step[i]]` for rows with
 step >= 0 and dst in range, and the extra_buffer track copies `pool[track[i]] = pool[cache[i]]`
 for masked rows."""
 
 import torch
 
-from dflash_sglang.cpu.mamba_state import (
+from dflash_sglang.cpu.kernels.mamba_state import (
     conv_scatter_multi_on_cpu,
     scatter_with_mask_on_cpu,
     track_all_layers_on_cpu,

@@ -1,4 +1,4 @@
-"""The MHA form of MLA prefill on torch_native (cpu/mla.py): SGLang's own forward_extend fails on it
+"""The MHA form of MLA prefill on torch_native (cpu/kernels/mla.py): SGLang's own forward_extend fails on it
 (it reads keys from the latent pool); through the hook it equals a per-query loop, and it equals
 the weight-absorbed form, which SGLang's own forward_extend computes over the latent pool."""
 
@@ -11,8 +11,8 @@ from sglang.srt.layers.attention.torch_native_backend import TorchNativeAttnBack
 from sglang.srt.mem_cache.memory_pool import MLATokenToKVPool
 from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
-from dflash_sglang.cpu.attention import forward_extend_on_cpu
-from dflash_sglang.cpu.mla import ragged_causal_attention
+from dflash_sglang.cpu.kernels.attention import forward_extend_on_cpu
+from dflash_sglang.cpu.kernels.mla import ragged_causal_attention
 
 HEADS, NOPE, ROPE, V_DIM, LATENT = 4, 16, 8, 16, 32
 SEQ_LENS = [1, 5, 3]  # new tokens per request, no cached prefix

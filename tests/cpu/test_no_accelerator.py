@@ -1,10 +1,10 @@
-"""cpu/no_accelerator.py: pinning and synchronizing are answered without an accelerator, and left to
+"""cpu/platform/no_accelerator.py: pinning and synchronizing are answered without an accelerator, and left to
 torch with one."""
 
 import pytest
 import torch
 
-from dflash_sglang.cpu.no_accelerator import (
+from dflash_sglang.cpu.platform.no_accelerator import (
     factory_without_pinning,
     has_accelerator,
     pin_memory_without_accelerator,
@@ -13,7 +13,7 @@ from dflash_sglang.cpu.no_accelerator import (
 
 
 def test_pinning_is_dropped_without_an_accelerator(monkeypatch):
-    monkeypatch.setattr("dflash_sglang.cpu.no_accelerator.has_accelerator", lambda: False)
+    monkeypatch.setattr("dflash_sglang.cpu.platform.no_accelerator.has_accelerator", lambda: False)
     seen = []
 
     def factory(*args, **kwargs):
@@ -25,7 +25,7 @@ def test_pinning_is_dropped_without_an_accelerator(monkeypatch):
 
 
 def test_pinning_is_kept_with_an_accelerator(monkeypatch):
-    monkeypatch.setattr("dflash_sglang.cpu.no_accelerator.has_accelerator", lambda: True)
+    monkeypatch.setattr("dflash_sglang.cpu.platform.no_accelerator.has_accelerator", lambda: True)
     seen = []
     factory_without_pinning(lambda *a, **k: seen.append(k), (3,), dtype=torch.int32, pin_memory=True)
     assert seen == [{"dtype": torch.int32, "pin_memory": True}]
@@ -43,18 +43,18 @@ def test_torch_cannot_pin_without_an_accelerator_so_the_stand_in_is_needed():
 
 
 def test_without_an_accelerator_the_tensor_is_returned_as_it_is(monkeypatch):
-    monkeypatch.setattr("dflash_sglang.cpu.no_accelerator.has_accelerator", lambda: False)
+    monkeypatch.setattr("dflash_sglang.cpu.platform.no_accelerator.has_accelerator", lambda: False)
     mask = torch.tensor([True, False])
     assert pin_memory_without_accelerator(original_pin_memory(), mask) is mask
 
 
 def test_with_an_accelerator_torch_pins(monkeypatch):
-    monkeypatch.setattr("dflash_sglang.cpu.no_accelerator.has_accelerator", lambda: True)
+    monkeypatch.setattr("dflash_sglang.cpu.platform.no_accelerator.has_accelerator", lambda: True)
     assert pin_memory_without_accelerator(lambda tensor: "pinned", torch.zeros(1)) == "pinned"
 
 
 def test_synchronize_returns_at_once_without_an_accelerator(monkeypatch):
-    monkeypatch.setattr("dflash_sglang.cpu.no_accelerator.has_accelerator", lambda: False)
+    monkeypatch.setattr("dflash_sglang.cpu.platform.no_accelerator.has_accelerator", lambda: False)
     assert synchronize_without_accelerator(lambda: pytest.fail("torch.cuda would raise")) is None
-    monkeypatch.setattr("dflash_sglang.cpu.no_accelerator.has_accelerator", lambda: True)
+    monkeypatch.setattr("dflash_sglang.cpu.platform.no_accelerator.has_accelerator", lambda: True)
     assert synchronize_without_accelerator(lambda: "waited") == "waited"

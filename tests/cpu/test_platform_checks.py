@@ -1,4 +1,4 @@
-"""Platform policy (cpu/platform_checks.py) with stand-in server-args records: DFLASH passes SGLang's
+"""Platform policy (cpu/platform/checks.py) with stand-in server-args records: DFLASH passes SGLang's
 device check on cpu only while `_handle_dflash` runs, and a cpu draft keeps torch_native."""
 
 from types import SimpleNamespace
@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import pytest
 from sglang.srt.arg_groups.overrides import resolving_view
 
-from dflash_sglang.cpu import platform_checks
+from dflash_sglang.cpu.platform import checks as platform_checks
 
 
 def record(device, draft_backend=None, attention_backend="torch_native"):

@@ -1,4 +1,4 @@
-"""The Qwen3.5 elementwise stand-ins (cpu/qwen3_5_elementwise.py): the projection split against
+"""The Qwen3.5 elementwise stand-ins (cpu/gated_deltanet/elementwise.py): the projection split against
 per-head slicing of the checkpoint layout, the gated RMSNorm against transformers'
 Qwen3_5RMSNormGated and a per-row formula, the output gate against attn * sigmoid(gate), the
 shared-expert gate against transformers' Qwen3.5-MoE block (sigmoid(gate(h)) * shared(h))."""
@@ -7,7 +7,7 @@ import pytest
 import torch
 from transformers.models.qwen3_5.modeling_qwen3_5 import Qwen3_5RMSNormGated
 
-from dflash_sglang.cpu.qwen3_5_elementwise import (
+from dflash_sglang.cpu.gated_deltanet.elementwise import (
     gated_rms_norm_forward_on_cpu,
     shared_expert_gate_on_cpu,
     sigmoid_mul_on_cpu,

@@ -1,9 +1,9 @@
-"""Tensor.record_stream on CPU tensors (cpu/record_stream.py)."""
+"""Tensor.record_stream on CPU tensors (cpu/platform/record_stream.py)."""
 
 import pytest
 import torch
 
-from dflash_sglang.cpu.record_stream import record_stream_on_cpu
+from dflash_sglang.cpu.platform.record_stream import record_stream_on_cpu
 
 
 def original_record_stream():

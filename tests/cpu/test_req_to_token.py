@@ -1,10 +1,10 @@
-"""The req_to_token writes and reads (cpu/req_to_token.py) against an element-by-element loop
+"""The req_to_token writes and reads (cpu/kernels/req_to_token.py) against an element-by-element loop
 with the Triton kernels' semantics: request i owns req_to_token[row_i, start_i:end_i] and the
 packed vector holds the requests' runs back to back."""
 
 import torch
 
-from dflash_sglang.cpu.req_to_token import (
+from dflash_sglang.cpu.kernels.req_to_token import (
     assign_extend_cache_locs_on_cpu,
     assign_req_to_token_pool_on_cpu,
 )

@@ -1,4 +1,4 @@
-"""Rotary embedding on a host without CUDA/ROCm (cpu/rotary.py): SGLang's constructor would
+"""Rotary embedding on a host without CUDA/ROCm (cpu/kernels/rotary.py): SGLang's constructor would
 import vllm; with the hook it keeps the torch path, which must compute neox RoPE exactly."""
 
 from types import SimpleNamespace
@@ -8,7 +8,7 @@ import torch
 from sglang.srt.layers.rotary_embedding import base
 from sglang.srt.layers.rotary_embedding.base import RotaryEmbedding
 
-from dflash_sglang.cpu.rotary import needs_torch_rotary, rotary_init_without_vllm
+from dflash_sglang.cpu.kernels.rotary import needs_torch_rotary, rotary_init_without_vllm
 
 HEAD, THETA = 16, 10000.0
 ARGS = dict(

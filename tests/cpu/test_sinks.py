@@ -1,4 +1,4 @@
-"""Attention sinks (gpt-oss) in SGLang's torch_native backend on CPU (cpu/attention.py): the sink
+"""Attention sinks (gpt-oss) in SGLang's torch_native backend on CPU (cpu/kernels/attention.py): the sink
 softmax against transformers' eager gpt-oss attention, and the backend hooks (prefill with cached
 prefixes, decode, TARGET_VERIFY; plain and hybrid SWA pools) against a per-query loop of the
 formula, p_j = exp(s_j) / (exp(sink_h) + sum_k exp(s_k))."""
@@ -15,7 +15,7 @@ from sglang.srt.mem_cache.swa_memory_pool import SWAKVPool
 from sglang.srt.model_executor.forward_batch_info import ForwardMode
 from transformers.models.gpt_oss.modeling_gpt_oss import eager_attention_forward
 
-from dflash_sglang.cpu.attention import (
+from dflash_sglang.cpu.kernels.attention import (
     block_visibility,
     forward_decode_on_cpu,
     forward_extend_on_cpu,

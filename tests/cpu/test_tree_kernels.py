@@ -1,7 +1,7 @@
 """For the same draft trees, what we give SGLang's GPU tree path equals what its own kernels build
 and compute: SGLang's Triton kernels run on CPU by Triton's interpreter in a subprocess
-(sglang_tree_kernels_probe.py), against tree/batch.py's layout and the CPU stand-ins (cpu/causal_conv1d.py,
-cpu/gdn.py) that the CPU servers run.
+(sglang_tree_kernels_probe.py), against tree/batch.py's layout and the CPU stand-ins
+(cpu/gated_deltanet/causal_conv1d.py, cpu/gated_deltanet/chunk_and_decode.py) that the CPU servers run.
 
 - EAGLE's tree builder: our FULL_MASK (the GPU backends' layout) and QLEN_ONLY masks, positions and
   first-child / next-sibling links equal the builder's for an EAGLE draft of depth 4, topk 4;

@@ -12,7 +12,7 @@ All three accept custom logit processors and return_hidden_states, so every requ
 request-feature matrix sends reaches them.
 
 Every server of the session forks its subprocesses instead of spawning them
-(cpu/fork_launch.py: each spawn imports SGLang again, about 20 s of a 45 s start here), except
+(cpu/platform/fork_launch.py: each spawn imports SGLang again, about 20 s of a 45 s start here), except
 those that run the README's own commands (test_tiny_pair, test_seed_commands), which keep
 SGLang's spawn.
 """

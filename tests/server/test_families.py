@@ -4,7 +4,7 @@ DeepSeek-V3), each in the model class its real checkpoint loads, in real SGLang 
 the host-sync check on Qwen3-MoE and gpt-oss) equals transformers' greedy decoding of the target
 token for token, one at a time, concurrently, and on radix-cache hits, and its drafts are
 accepted. gpt-oss runs with SGLang's defaults for it (hybrid SWA pool and radix cache) and the CPU
-layer's attention sinks; DeepSeek-V3 (MLA) with the CPU layer's MHA-form prefill (cpu/mla.py). On
+layer's attention sinks; DeepSeek-V3 (MLA) with the CPU layer's MHA-form prefill (cpu/kernels/mla.py). On
 Qwen3-MoE the routed experts (`--enable-return-routed-experts`, `return_routed_experts`) of every
 prompt and generated token equal a no-spec server's (which also equals transformers): the verify
 forward passes them through, the same code for every MoE family. The hybrid MoE family

@@ -1,7 +1,7 @@
 """Per-request verify lengths on a hybrid (Gated DeltaNet) target: request i of step s verifies
 cycle[(s + i) % 8] positions (`DFLASH_SGLANG_FORCED_REQUEST_LENGTHS`), all in one ragged verify
 forward (step/ragged.py) through SGLang's ReplaySSM ring (DFLASH_SGLANG_REPLAY_SSM=1), whose conv
-update runs each request's own length on CPU (cpu/gdn_ragged_verify.py), and the commit folds each
+update runs each request's own length on CPU (cpu/gated_deltanet/ragged_verify.py), and the commit folds each
 request's accepted records.
 
 Two servers, one at a time: the tiny Qwen3.5-style pair (block 8), our overlap worker (host-sync

@@ -6,7 +6,7 @@ transformers target: W + alpha / r * B @ A), controls fail.
 
 The adapter is written in the test (testing/tiny_lora.py, random A and B on q_proj and v_proj).
 SGLang's LoRA runs on CPU with its torch_native backend once pinned staging buffers are left
-unpinned (cpu/no_accelerator.py). SGLang serves LoRA under its synchronous loop only (it turns the
+unpinned (cpu/platform/no_accelerator.py). SGLang serves LoRA under its synchronous loop only (it turns the
 overlap schedule off), so one DFLASH server covers what runs.
 """
 

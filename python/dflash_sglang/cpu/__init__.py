@@ -1,37 +1,40 @@
 """Torch stand-ins for the GPU-only calls on SGLang's plain and DFLASH paths (see docs/cpu.md).
 
-Every stand-in is installed as an AROUND hook through SGLang's HookRegistry: it computes in torch
-only for CPU tensors (or a `--device cpu` server) and hands everything else to SGLang's original,
-so GPU behaviour does not change. One file a kernel or a check (hooks.py is the table of all):
+Every stand-in is an AROUND hook through SGLang's HookRegistry (hooks.py is the table of all): it
+computes in torch only for CPU tensors (or a `--device cpu` server) and hands everything else to
+SGLang's original. Three kinds, a folder each:
 
-    attention.py            torch_native attention: TARGET_VERIFY, sinks, MLA prefill (mla.py)
-    causal_conv1d.py        Gated DeltaNet's depthwise causal conv1d; gdn.py, delta_rule.py: the
-                            rest of the layer; qwen3_5_elementwise.py: its elementwise kernels;
-                            gdn_replayssm.py, gdn_replayssm_math.py: its ReplaySSM verify ring;
-                            gdn_ragged_verify.py: a ragged verify (per-request lengths) through it
-    mamba_state.py          row copies between mamba state slots; mamba_policy.py: extra_buffer
-    kv_pool.py              KV-pool row moves; req_to_token.py: the request -> slot table
-    rotary.py, embeds.py    rotary embedding, input embeddings in the model's dtype
-    collectives.py          TP over gloo; dp_padding.py, dp_controller.py: attention DP
-    disaggregation.py       PD on CPU; fork_launch.py: forked server processes (opt-in)
-    platform_checks.py      DFLASH (and block verification) admitted on `--device cpu`
-    gpt_oss.py              gpt-oss resolution with torch_native attention
-    no_accelerator.py       calls made as if an accelerator were there; record_stream.py: a no-op
+    kernels/          GPU kernels of dense targets and the drafter: attention (TARGET_VERIFY,
+                      sinks, MLA prefill), rotary, embeddings, KV-pool, request-table and
+                      mamba-state row moves
+    gated_deltanet/   the Gated DeltaNet layer: causal conv1d, the delta rule (chunked prefill,
+                      decode, per-node tree states), its elementwise kernels, the ReplaySSM verify
+                      ring and a ragged verify (per-request lengths) through it
+    platform/         what lets a cpu server start and run its processes: DFLASH admitted on
+                      `--device cpu`, no pinning or synchronize without an accelerator, TP over
+                      gloo, attention DP, PD, forked subprocesses, gpt-oss and mamba resolution
+
+Kernel stand-ins are installed only on a host without an accelerator; platform ones everywhere
+(those on torch itself only without an accelerator: on a GPU host they would only pass through).
+May import: errors, runtime/ and SGLang.
 """
 
 from __future__ import annotations
 
-from .hooks import HOOKS
-from .no_accelerator import TORCH_WIDE_TARGETS, has_accelerator
+from .hooks import KERNEL_HOOKS, PLATFORM_HOOKS
+from .platform.no_accelerator import TORCH_WIDE_TARGETS, has_accelerator
 
 
 def install() -> None:
     """Register the CPU stand-ins with SGLang's HookRegistry (applied by load_plugins). With an
-    accelerator, the hooks on torch itself (factories, synchronize) would only pass every call
-    through, so a GPU server's step does not pay for their wrapper."""
+    accelerator, SGLang's kernels run unwrapped, and so do the torch calls every step makes
+    (factories, synchronize): a GPU server's step does not pay for a wrapper that would only
+    pass the call through."""
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
-    skip = TORCH_WIDE_TARGETS if has_accelerator() else ()
-    for hook in HOOKS:
-        if hook.target not in skip:
-            HookRegistry.register(hook.target, hook.fn, HookType.AROUND)
+    if has_accelerator():
+        hooks = tuple(hook for hook in PLATFORM_HOOKS if hook.target not in TORCH_WIDE_TARGETS)
+    else:
+        hooks = PLATFORM_HOOKS + KERNEL_HOOKS
+    for hook in hooks:
+        HookRegistry.register(hook.target, hook.fn, HookType.AROUND)

@@ -28,6 +28,7 @@ from transformers.models.qwen3.modeling_qwen3 import (
     rotate_half,
 )
 
+from ..runtime.visibility import block_visibility
 from .config import DFlashConfig
 from .context import DraftContextCache
 from .conv import GroupedBlockConv, wrapped
@@ -58,28 +59,6 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
     """RoPE on [.., seq, heads, head_dim] with cos/sin of shape [.., seq, head_dim]."""
     cos, sin = cos.unsqueeze(-2), sin.unsqueeze(-2)
     return x * cos + rotate_half(x) * sin
-
-
-def block_visibility(
-    query_positions: torch.Tensor,
-    key_positions: torch.Tensor,
-    window: int | None,
-    causal: bool,
-) -> torch.Tensor:
-    """[b, q, k] boolean mask: which keys each block query may attend to.
-
-    Full-attention layers: everything (context and the whole block). Sliding layers: keys within
-    `window` positions, and only earlier or equal positions when causal.
-    """
-    delta = query_positions.unsqueeze(-1) - key_positions.unsqueeze(-2)
-    visible = torch.ones_like(delta, dtype=torch.bool)
-    if causal:
-        visible &= delta >= 0
-    if window is not None:
-        visible &= delta < window
-        if not causal:
-            visible &= delta > -window
-    return visible
 
 
 # attend(layer_index, q, k, v) -> [.., seq, heads * head_dim]; q/k/v are [.., seq, heads, hd].

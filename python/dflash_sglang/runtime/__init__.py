@@ -8,6 +8,6 @@
     dp_attention.py  --enable-dp-attention: an idle rank's IDLE verify, metadata after DP padding
     visibility.py    which keys a drafter block's queries see (the drafter's and cpu/'s attention)
 
-May import: errors, environment and SGLang. Everything above (sampling/, tree/, width/, step/, the
-worker) may import it.
+May import: errors, environment and SGLang (visibility.py: torch only). Everything above (cpu/,
+sampling/, tree/, drafter/, width/, step/, the worker) may import it.
 """

@@ -15,7 +15,7 @@ so the worker verifies those token by token (as SGLang's built-in says at startu
 SGLang's own is a Triton kernel (sglang.kernels.ops.speculative.reject_sampling, BLOCK_VERIFICATION)
 that needs an accelerator; this is its law in torch, checked token for token against that kernel
 under Triton's interpreter (tests/test_block_verify.py). `--speculative-use-block-verification`
-turns it on (SGLang refuses the flag off CUDA; cpu/platform_checks.py lets it through for DFLASH on CPU).
+turns it on (SGLang refuses the flag off CUDA; cpu/platform/checks.py lets it through for DFLASH on CPU).
 
 Nothing here reads device data on the host: the overlap worker calls it inside a step.
 """
@@ -68,10 +68,13 @@ def accepted_block_length(
 def final_law(
     weight: torch.Tensor, p_at: torch.Tensor, q_at: torch.Tensor, bonus: torch.Tensor
 ) -> torch.Tensor:
-    """[bs, V]: normalise(max(w p - q, 0)) after a prefix short of the block, p after all of it."""
-    residual = torch.where(bonus.unsqueeze(-1), p_at, (weight.unsqueeze(-1) * p_at - q_at).clamp_min(0))
+    """[bs, V]: normalise(max(w p - q, 0)) after a prefix short of the block, p after all of it.
+    One [bs, V] tensor beside its inputs (the steps run in place; the inputs are not modified)."""
+    residual = (weight.unsqueeze(-1) * p_at).sub_(q_at).clamp_min_(0)
+    torch.where(bonus.unsqueeze(-1), p_at, residual, out=residual)
     mass = residual.sum(-1, keepdim=True)
-    return torch.where(mass > 0, residual / mass.clamp_min(1e-30), p_at)
+    residual.div_(mass.clamp_min(1e-30))
+    return torch.where(mass > 0, residual, p_at, out=residual)
 
 
 def block_rejection_accept(

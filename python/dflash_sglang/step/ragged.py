@@ -3,7 +3,7 @@
 The draft phase builds a [bs, w] block (w the longest request's length, width/request_lengths.py).
 Request i verifies only its first L_i positions: the verify forward takes those sum_i L_i tokens
 (SGLang's `RaggedVerifyLayout` on the verify input, as its DSPARK worker builds it; the CPU
-attention reads its lengths, cpu/attention.py), and its logits and captured hidden states are
+attention reads its lengths, cpu/kernels/attention.py), and its logits and captured hidden states are
 scattered back to the block's [bs * w] rows, so the acceptance, the request outputs and the commit
 keep their one stride. The rows past a request's length hold zeros and are never read: its
 acceptance stops at L_i - 1 drafts (`cap_drafts`, sampled_verify's `draft_counts`; block
@@ -17,7 +17,7 @@ Trees too, on CPU: request i verifies its tree's first L_i nodes (a smaller budg
 best-first trees nest: tree/budgets.py), with their n_i x n_i ancestor mask (tree/verify.attach),
 and walks only them (BatchTree.truncated). Hybrid (Gated DeltaNet) targets too, on CPU with
 SGLang's ReplaySSM ring (`DFLASH_SGLANG_REPLAY_SSM=1`): the ring verify is varlen and keeps no state per
-block position, and cpu/gdn_ragged_verify.py runs each request's own length through the conv
+block position, and cpu/gated_deltanet/ragged_verify.py runs each request's own length through the conv
 update. What takes one width a batch (ragged_off_because): a hybrid target's state per block
 position, SGLang's GPU ring kernels, a GPU backend's tree mask, attention DP.
 """
@@ -102,12 +102,12 @@ def ragged_off_because(model_runner, tree, simulated) -> str | None:
 
 def hybrid_off_because(model_runner) -> str | None:
     """A hybrid (Gated DeltaNet) target verifies per-request lengths only through SGLang's
-    ReplaySSM ring on a cpu server (cpu/gdn_ragged_verify.py runs each request's own length through
+    ReplaySSM ring on a cpu server (cpu/gated_deltanet/ragged_verify.py runs each request's own length through
     the conv update; the ring verify is varlen and keeps no state per block position)."""
     from sglang.srt.configs.hybrid_arch import hybrid_gdn_config
 
     # The worker is built before the pools (so no `replay_ring_length` yet): the flag that builds
-    # the ring (admission/replay_ssm.py) on a GDN target. cpu/gdn_ragged_verify.py refuses a ragged
+    # the ring (admission/replay_ssm.py) on a GDN target. cpu/gated_deltanet/ragged_verify.py refuses a ragged
     # verify that reaches a pool without the ring.
     if not replay_ring_asked_for() or hybrid_gdn_config(model_runner.model_config) is None:
         return "a hybrid target's state per block position takes one width a batch"

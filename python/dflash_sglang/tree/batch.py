@@ -92,7 +92,7 @@ class BatchTree:
 
     def ragged_mask(self, lengths: Sequence[int]) -> torch.Tensor:
         """The QLEN_ONLY mask of each request's first lengths[i] nodes, flat, request after request
-        (n_i x n_i cells each: cpu/attention.py splits it by the ragged layout's lengths). The
+        (n_i x n_i cells each: cpu/kernels/attention.py splits it by the ragged layout's lengths). The
         cells are picked by host lengths: a device mask's nonzero would wait for the device."""
         n = self.num_nodes
         cells = [i * n * n + (torch.arange(k).unsqueeze(1) * n + torch.arange(k)).flatten()

@@ -18,7 +18,7 @@ RESOLVE_DRAFT_BACKEND = "sglang.srt.arg_groups.speculative_hook._resolve_dflash_
 DRAFT_WORKER_BACKEND = "sglang.srt.speculative.draft_worker_common.resolve_draft_worker_attention_backend"
 
 CPU_DRAFT_BACKEND = "torch_native"
-SOURCE = "dflash_sglang.cpu.platform_checks"
+SOURCE = "dflash_sglang.cpu.platform.checks"
 
 # Set while `_handle_dflash` resolves a cpu server (the device reads as cuda inside it).
 _resolving_dflash_on_cpu: ContextVar[bool] = ContextVar("resolving_dflash_on_cpu", default=False)

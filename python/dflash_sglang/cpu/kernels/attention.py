@@ -19,7 +19,7 @@ in a pool of its own, addressed by `translate_loc_from_full_to_swa` of the reque
 stand-ins read it there (torch_native's own read path indexes it with full-pool slots).
 
 The same hook also serves the MHA form of MLA prefill (DeepSeek-V2/V3), which torch_native cannot
-run as it is (cpu/mla.py). An MLA target's verify takes the weight-absorbed form, one latent KV
+run as it is (cpu/kernels/mla.py). An MLA target's verify takes the weight-absorbed form, one latent KV
 head, through the TARGET_VERIFY path here, as its decode does through SGLang's forward_decode.
 """
 
@@ -28,7 +28,7 @@ from __future__ import annotations
 import torch
 from torch.nn.functional import scaled_dot_product_attention
 
-from ..drafter.model import block_visibility as model_block_visibility
+from ...runtime.visibility import block_visibility as model_block_visibility
 from . import mla
 
 TARGET = "sglang.srt.layers.attention.torch_native_backend.TorchNativeAttnBackend.forward_extend"
@@ -166,7 +166,7 @@ def request_mask(prefix_len: int, block_len: int, causal: bool, window: int | No
     """A request's visibility mask, or None where every key is visible: one causal query (a
     width-1 verify, as a decode) or a non-causal block (the drafter's), without a window. SDPA's
     mask-free path then runs, as torch_native's decode does: a width-1 verify's attention at
-    batch 16 took 0.77-0.80x its time with all-True masks (docs/adaptive.md)."""
+    batch 16 took 0.77-0.80x its time with all-True masks (docs/journal/adaptive.md)."""
     if window is None and (block_len == 1 or not causal):
         return None
     if window is None:  # causal: query i sees keys 0 .. prefix + i, in two ops
@@ -294,7 +294,7 @@ def forward_decode_with_sinks(backend, q, k, v, layer, forward_batch, save_kv_ca
 
 def forward_extend_on_cpu(original, backend, q, k, v, layer, forward_batch, *args, **kwargs):
     """AROUND TorchNativeAttnBackend.forward_extend: for CPU tensors, add TARGET_VERIFY, attention
-    sinks and the MHA form of MLA prefill (cpu/mla.py); everything else is SGLang's."""
+    sinks and the MHA form of MLA prefill (cpu/kernels/mla.py); everything else is SGLang's."""
     if q.device.type != "cpu":
         return original(backend, q, k, v, layer, forward_batch, *args, **kwargs)
     if forward_batch.forward_mode.is_target_verify():

@@ -3,7 +3,7 @@
 `handle_model_specific_adjustments` refuses gpt-oss on any attention backend but triton,
 trtllm_mha, fa3, fa4, ascend, intel_amx, intel_xpu and aiter: in SGLang's words, "torch_native has
 neither sliding window nor attention sinks". On CPU tensors it has both: torch_native masks
-sliding windows itself, and cpu/attention.py adds the sinks. So for a `--device cpu` gpt-oss
+sliding windows itself, and cpu/kernels/attention.py adds the sinks. So for a `--device cpu` gpt-oss
 server whose prefill and decode backends are both torch_native, that step runs with the backend
 declared as triton for its duration (the declaration is removed again on exit); that assertion
 is the only reader of the attention backend on the gpt-oss path of that step, and every other
@@ -16,7 +16,7 @@ from contextlib import contextmanager
 
 ADJUSTMENTS_TARGET = "sglang.srt.arg_groups.model_hook.handle_model_specific_adjustments"
 ARCHITECTURE = "GptOssForCausalLM"
-SOURCE = "dflash_sglang.cpu.gpt_oss"
+SOURCE = "dflash_sglang.cpu.platform.gpt_oss"
 CPU_BACKEND = "torch_native"
 CHECKED_AS = "triton"  # one of the backends the step accepts
 

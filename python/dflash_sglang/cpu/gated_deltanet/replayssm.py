@@ -13,7 +13,7 @@ cursors `write_pos`, `cache_base`, `is_flush`) next to a frozen fp32 checkpoint 
 
 Callers import them inside their functions at call time, so the module attribute the hooks patch is
 what they get. Here the verify runs the recurrence token by token from the rebuilt start state
-(gdn_replayssm_math.py); the kernel's chunked (I + A)^-1 form computes the same sums in another order.
+(replayssm_math.py); the kernel's chunked (I + A)^-1 form computes the same sums in another order.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 
 from .delta_rule import gdn_gates, l2_normalize
-from .gdn_replayssm_math import exact_fold, fold_records, per_value_head, recurrent_window
+from .replayssm_math import exact_fold, fold_records, per_value_head, recurrent_window
 
 _MODULE = "sglang.kernels.ops.attention.linear.gdn_replayssm_spec_decode"
 VERIFY_TARGET = f"{_MODULE}.gdn_replayssm_spec_decode"

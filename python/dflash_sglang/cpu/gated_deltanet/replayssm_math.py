@@ -1,4 +1,4 @@
-"""The math of GDN ReplaySSM spec-verify in plain torch (used by gdn_replayssm.py), float32.
+"""The math of GDN ReplaySSM spec-verify in plain torch (used by replayssm.py), float32.
 
 A request's state is a frozen checkpoint S0 plus a ring of its last committed steps' records
 (d_t, k_t, g_t): d_t the delta-rule update vector, k_t the normalised key, g_t the log-decay, so that

@@ -12,7 +12,7 @@ block position, so it has no [bs, draft_token_num] snapshot layout to respect.
 
 For CPU tensors in a ragged TARGET_VERIFY with the ring on, the hook runs what the original runs
 but with the conv update request by request: request i's own L_i tokens through SGLang's
-`causal_conv1d_update` (on CPU, cpu/causal_conv1d.py's stand-in), from its conv state, its window
+`causal_conv1d_update` (on CPU, gated_deltanet/causal_conv1d.py's stand-in), from its conv state, its window
 after step s saved at `intermediate_conv_window[row_i, s]` for s < L_i: exactly the rows the commit
 (`fused_conv_window_scatter_with_mask` at step accepted - 1 <= L_i - 1) reads back. Then SGLang's
 own split and its `_replayssm_target_verify` with the ragged `query_start_loc`. That is, for every
