@@ -25,6 +25,11 @@ TOP = ("python/", "tests/", "docs/", "launch/", ".ci/")
 PACKAGES = [ROOT / "python" / "dflash_sglang", ROOT / "python" / "dflash_sglang_tools"]
 BASES = [ROOT, ROOT / "docs", *PACKAGES, ROOT / "python", ROOT / "tests"]
 BASES += [folder for package in PACKAGES for folder in sorted(package.iterdir()) if folder.is_dir()]
+# A token starting at one of the packages' folders is a path, with or without its `.py`
+# (`step/drafting`, `cpu/kernels/`).
+FOLDERS = {folder.name for package in PACKAGES for folder in package.iterdir() if folder.is_dir()} - {
+    "__pycache__"
+}
 SGLANG_SPEC = importlib.util.find_spec("sglang")
 SGLANG = [Path(p) for p in SGLANG_SPEC.submodule_search_locations] if SGLANG_SPEC else []
 FILE = re.compile(r"\.(py|md|sh|json|jsonl|toml|png|txt|yaml|yml|safetensors)$")
@@ -49,6 +54,7 @@ def resolve(doc: Path, token: str) -> Path | None:
     """The file or folder `token` names from `doc`, None where none exists."""
     token = token.rstrip(".,;:")
     candidates = [doc.parent / token] + [base / token for base in BASES] + [s / token for s in SGLANG]
+    candidates += [path.with_name(path.name + ".py") for path in candidates if not FILE.search(token)]
     return next((path for path in candidates if path.exists()), None)
 
 
@@ -76,7 +82,7 @@ def named_paths(doc: Path) -> set[str]:
         start = text[max(0, match.start() - 8) : match.start()]
         if "://" in start or placeholder(token) or token.startswith(FOREIGN):
             continue
-        if token.startswith(TOP) or FILE.search(token):
+        if token.startswith(TOP) or FILE.search(token) or token.split("/")[0] in FOLDERS:
             found.add(token)
     return found
 
@@ -143,3 +149,7 @@ def test_the_matcher_finds_paths_and_skips_what_is_not_one(tmp_path):
     ]
     assert resolve(ROOT / "docs" / "x.md", "width/verify_width.py") is not None
     assert resolve(ROOT / "docs" / "x.md", "cpu/pinning.py") is None
+    assert "step/drafting" in named_paths(ROOT / "docs" / "architecture.md")
+    assert resolve(ROOT / "docs" / "x.md", "step/drafting") and not resolve(
+        ROOT / "docs" / "x.md", "step/nowhere"
+    )
