@@ -3,7 +3,7 @@
 With `--speculative-eagle-topk K > 1`, a step of width w verifies a tree of w nodes (budget w - 1;
 w = 1 is plain decoding). The adaptive policy picks w among a few budgets (0, 1, 2, 4, 8, ... and
 the whole N - 1) by the chain's rule, expected committed tokens per second
-(width_policy.best_width); this module gives it each request's expected accepted drafts per budget.
+(width/policy.py, `ranked_widths`); this module gives it each request's expected accepted drafts per budget.
 
 Best-first trees nest: the tree of budget b is the first b + 1 nodes of every larger budget's tree
 (node order is the pop order, tree/batch.py), and node ids grow along every root path. So one step
