@@ -3,7 +3,8 @@
 The draft KV here is a tensor of slots written by a stand-in drafter whose "projection" is a
 fixed linear map (the real one needs SGLang's parallel state); what is checked is the deferral's
 bookkeeping: after any sequence of steps and flushes the slots hold exactly what writing every
-step at once leaves, in fewer calls, including a slot written twice (a freed slot reused)."""
+step at once leaves, in fewer calls, including a slot written twice (a freed slot reused), which
+one flush commits once."""
 
 from __future__ import annotations
 
@@ -23,11 +24,13 @@ class SlotDrafter:
     def __init__(self):
         self.weight = torch.randn(FEATURES, 3, generator=torch.Generator().manual_seed(0))
         self.calls = 0
+        self.written: list[list[int]] = []  # the slots each call committed
 
     def write_context_kv(self, pool, features, positions, cache_loc, commit_lens=None):
         self.calls += 1
         values = features @ self.weight + positions.unsqueeze(1).float()
         rows = torch.arange(cache_loc.shape[1]).unsqueeze(0) < commit_lens.unsqueeze(1)
+        self.written.append(cache_loc[rows].tolist())
         pool.slots[cache_loc[rows]] = values.view(*cache_loc.shape, -1)[rows]
 
 
@@ -119,6 +122,21 @@ def test_no_more_than_flush_every_plain_steps_or_a_block_are_held():
     assert (
         DeferredContext(drafter, runner, DrafterStream("cpu", enabled=False), True, block_size=4).limit == 4
     )
+
+
+def test_a_slot_reused_within_the_deferral_is_written_once_with_its_latest_value():
+    """Request A's plain step holds slot 5; A finishes, its slot goes to request C, whose plain step
+    holds slot 5 too. One write with a slot twice has no defined winner on a GPU (SGLang's
+    prefix-valid write runs rows in parallel): the flush commits slot 5 once, C's."""
+    drafter, runner = SlotDrafter(), Runner()
+    context = DeferredContext(drafter, runner, DrafterStream("cpu", enabled=False), True)
+    a_and_b, c = torch.randn(2, FEATURES), torch.randn(1, FEATURES)
+    context.inject(a_and_b, torch.tensor([40, 7]), torch.tensor([[5], [6]]), torch.ones(2), True, False)
+    context.inject(c, torch.tensor([12]), torch.tensor([[5]]), torch.ones(1), True, False)
+    context.flush()
+    assert drafter.calls == 1 and sorted(drafter.written[0]) == [5, 6]
+    assert torch.equal(runner.token_to_kv_pool.slots[5], (c @ drafter.weight + 12)[0])
+    assert torch.equal(runner.token_to_kv_pool.slots[6], (a_and_b[1:] @ drafter.weight + 7)[0])
 
 
 def test_a_graph_output_is_copied_when_held_the_next_replay_overwrites_it():

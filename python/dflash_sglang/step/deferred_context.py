@@ -7,8 +7,9 @@ layer, where each plain step paid its own): before the next drafter forward, bef
 injection (a freed slot may now hold a new prompt, which must be written last), and every
 `FLUSH_EVERY` plain steps or B, the block size, whichever is fewer (so what is held stays within
 what one whole-block verify captures at that batch size). The writes keep program order, so the
-drafter reads exactly the draft KV an eager injection would have left; and what the draft KV holds
-never decides an output token, only which drafts are proposed.
+drafter reads exactly the draft KV an eager injection would have left (a slot held twice, freed and
+reused within the window, is written once, the later: last_write_per_slot); and what the draft KV
+holds never decides an output token, only which drafts are proposed.
 
 Off (eager, as before) where KV leaves the device on someone else's schedule: PD disaggregation
 and the hierarchical cache.
@@ -59,8 +60,11 @@ class DeferredContext:
         held, self.pending = self.pending, []
         # On the drafter's stream, the held tensors (main's) are read there too: recorded by run().
         with self.stream.run(*(tensor for step in held for tensor in step)):
-            parts = held[0] if len(held) == 1 else [torch.cat(part) for part in zip(*held, strict=True)]
-            self.write(*parts)
+            if len(held) == 1:
+                self.write(*held[0])
+                return
+            hidden, positions, write_ids, lengths = (torch.cat(part) for part in zip(*held, strict=True))
+            self.write(hidden, positions, write_ids, last_write_per_slot(write_ids, lengths))
 
     def write(self, hidden, positions, write_ids, lengths) -> None:
         # Queued behind acceptance, ahead of the result copies and the next step's planning,
@@ -69,3 +73,21 @@ class DeferredContext:
             self.draft_model.write_context_kv(
                 self.draft_runner.token_to_kv_pool, hidden, positions, write_ids, commit_lens=lengths
             )
+
+
+def last_write_per_slot(write_ids: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """`lengths` with every row but a slot's last written set to 0 (nothing committed).
+
+    Held steps are plain: one slot a row ([n, 1]). A slot freed and handed to another request
+    within the deferral window (a request finished, its slots returned without the radix cache,
+    or evicted) is held twice, and one write with duplicate indices has no defined winner on a
+    GPU (SGLang's prefix-valid write runs its rows in parallel): the later write must win, as it
+    would have eagerly. On the device, no host sync: a stable sort by slot, each run's last."""
+    slots = write_ids[:, 0]
+    order = torch.argsort(slots, stable=True)
+    ordered = slots[order]
+    last = torch.ones_like(ordered, dtype=torch.bool)
+    last[:-1] = ordered[1:] != ordered[:-1]
+    keep = torch.empty_like(last)
+    keep[order] = last
+    return torch.where(keep, lengths, torch.zeros_like(lengths))
