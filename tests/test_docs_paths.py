@@ -43,6 +43,7 @@ WRITTEN = {
     "docs/bench/qwen3-8b": "the GPU bench commands in docs/benchmarks.md",
     "docs/bench/qwen3.5-27b": "the GPU bench commands in docs/benchmarks.md",
     "docs/bench/qwen3.6-35b-a3b": "the GPU bench commands in docs/benchmarks.md",
+    "docs/gpu-check.md": "make gpu-check (its report on a machine with a GPU)",
 }
 
 
@@ -131,6 +132,19 @@ def test_every_link_of_a_doc_reaches_its_file_and_heading(doc):
         elif anchor and page.suffix == ".md" and anchor not in anchors(page):
             broken.append(f"{target}#{anchor}")
     assert not broken, f"{doc.relative_to(ROOT)} has broken links: {', '.join(broken)}"
+
+
+def test_every_doc_the_code_names_exists():
+    """The docs the code, the tests, the Makefile and the launch scripts point to."""
+    sources = [ROOT / "Makefile", *(ROOT / "launch").glob("*.sh"), *sorted((ROOT / "tests").rglob("*.py"))]
+    sources += [path for package in PACKAGES for path in sorted(package.rglob("*.py"))]
+    missing = sorted(
+        f"{path.relative_to(ROOT)}: {name}"
+        for path in sources
+        for name in re.findall(r"\bdocs/[\w/.-]*\w\.md\b", path.read_text())
+        if not (ROOT / name).is_file() and name not in WRITTEN
+    )
+    assert not missing, f"docs named in code that do not exist: {', '.join(missing)}"
 
 
 def test_the_matcher_finds_paths_and_skips_what_is_not_one(tmp_path):
