@@ -152,13 +152,11 @@ def test_per_request_lengths_keep_the_target_law(params):
 def bonus_from_the_residual(monkeypatch):
     """The ragged_bonus_from_residual bug (tests/planted/bugs.py): a request that kept its own
     block whole draws from normalise(max(w p - q, 0)) at its next position, not from p."""
-    final = sampled_verify.sampled_final_probs
+    rejected = sampled_verify.rejected_q
     monkeypatch.setattr(
         sampled_verify,
-        "sampled_final_probs",
-        lambda law, logits, proposal, accepted, weight=None, draft_counts=None: final(
-            law, logits, proposal, accepted, weight
-        ),
+        "rejected_q",
+        lambda proposal, accepted, vocab, draft_counts: rejected(proposal, accepted, vocab, None),
     )
 
 

@@ -92,8 +92,8 @@ BUGS = {
     ),
     "tree_node_wrong_row": Bug(
         TARGET_LAW,
-        "return torch.multinomial(probs, 1).view(-1, width)",
-        "return torch.multinomial(probs.roll(1, 0), 1).view(-1, width)",
+        "drawn[part] = torch.multinomial(probs, 1).view(-1)",
+        "drawn[part] = torch.multinomial(probs.roll(1, 0), 1).view(-1)",
         "each tree node's sample drawn from the row before it (another node's law)",
         "tree",
     ),
@@ -143,8 +143,8 @@ BUGS = {
     ),
     "sampled_q_wrong_position": Bug(
         SAMPLED_VERIFY,
-        "q_at = proposal.rows(accepted.clamp_max(n_draft - 1), p_at.shape[-1])",
-        "q_at = proposal.rows((accepted + 1) % n_draft, p_at.shape[-1])",
+        "q_at = proposal.rows(accepted.clamp_max(n_draft - 1), vocab)",
+        "q_at = proposal.rows((accepted + 1) % n_draft, vocab)",
         "sampled drafts: the residual after a rejection takes q from the next position",
         "sampled chain",
     ),
@@ -157,8 +157,8 @@ BUGS = {
     ),
     "ragged_bonus_from_residual": Bug(
         SAMPLED_VERIFY,
-        "q_at = q_at * (accepted < draft_counts).unsqueeze(1)",
-        "q_at = q_at * 1",
+        "q_at.mul_((accepted < draft_counts).unsqueeze(1))",
+        "q_at.mul_(1)",
         "per-request lengths, sampled drafts (token by token or as a block): a request that kept all "
         "its own drafts draws its bonus from the residual of its next draft, not from p",
         "ragged",

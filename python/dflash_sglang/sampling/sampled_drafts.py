@@ -30,7 +30,7 @@ import torch
 
 from ..environment import SAMPLED_DRAFTS
 from .block_verify import block_verification_for
-from .target_law import RowLaw, chunk_rows, plan_for, row_cut
+from .target_law import RowLaw, chunk_rows, plan_for, row_cut, scaled_rows
 
 SAMPLED_DRAFTS_ENV = SAMPLED_DRAFTS.name
 
@@ -102,17 +102,27 @@ class DraftProposal:
         logits = self.logits_of(self.features.flatten(0, 1))
         return DraftProposal(self.q_draft, self.features, self.law, self.logits_of, logits)
 
+    def requests(self, part: slice) -> DraftProposal:
+        """The requests `part` of the batch (views: nothing copied, no LM head)."""
+        size = self.q_draft.shape[1]
+        rows = slice(part.start * size, part.stop * size)
+        logits = None if self.logits is None else self.logits[rows]
+        return DraftProposal(
+            self.q_draft[part], self.features[part], self.law.part(rows), self.logits_of, logits
+        )
+
     def rows(self, position: torch.Tensor, vocab: int) -> torch.Tensor:
         """[bs, V]: q at one draft position per request (`position` [bs], each < S): sliced from
-        `every_row`'s logits when kept, else one [bs, H] LM-head product."""
+        `every_row`'s logits when kept, else one [bs, H] LM-head product (scaled in place: the
+        head's output is a fresh tensor). One [bs, V] float32 tensor, plus a bool mask."""
         bs, size = self.q_draft.shape
         flat = torch.arange(bs, device=position.device) * size + position
         if self.logits is None:
             logits = self.logits_of(self.features[torch.arange(bs, device=position.device), position])
+            scaled = logits.float().div_(self.law.temperature[flat].unsqueeze(-1))
         else:
-            logits = self.logits.index_select(0, flat)
-        scaled = logits.float() / self.law.temperature[flat].unsqueeze(-1)
-        return self.law.log_prob(scaled, flat).exp()
+            scaled = scaled_rows(self.logits, flat, self.law.temperature)
+        return self.law.prob_(scaled, flat)
 
 
 @dataclass
@@ -129,6 +139,9 @@ class CandidateProposal:
 
     def every_row(self) -> CandidateProposal:
         return self  # its rows are scatters of q: no LM head
+
+    def requests(self, part: slice) -> CandidateProposal:
+        return CandidateProposal(self.q_draft[part], self.ids[part], self.q[part])
 
     def rows(self, position: torch.Tensor, vocab: int) -> torch.Tensor:
         """[bs, V]: q at one draft position per request, scattered over the vocabulary."""

@@ -6,8 +6,10 @@ With q one-hot at each draft d_i, rejection sampling (accept.rejection_accept) n
             from normalise(max(p_a - onehot(d_a), 0)) = p_a without d_a, renormalised, or the
             bonus position B-1 after a fully accepted block, drawn from p_a itself.
 So the [bs, B, V] probabilities of the dense path are never built: target_law.row_laws gives each
-row's kept set and normaliser in bounded chunks, the drafts' p is a gather, and only [bs, V] rows
-(one per request) are materialised for the final draw. Same law as the dense path, exactly.
+row's kept set and normaliser in bounded chunks, the drafts' p is a gather, and the final draw
+(one row per request) and block verification's residual masses run over chunks of requests, so
+that beside the logits (the target's, and the drafter's for q) at most target_law.EXTRA_BYTES are
+alive (tests/test_bounded_memory.py). Same law as the dense path, exactly.
 
 No host reads of device data: the overlap worker calls this inside a step.
 """
@@ -17,8 +19,8 @@ from __future__ import annotations
 import torch
 
 from .accept import Acceptance, accepted_prefix_length
-from .block_verify import accepted_block_length, final_law, prefix_weights, residual_mass
-from .target_law import RowLaw, plan_for, row_laws
+from .block_verify import accepted_block_length, final_law, prefix_weights
+from .target_law import RowLaw, chunks, plan_for, row_laws, rows_within, scaled_rows
 
 
 def sampled_accept(
@@ -48,28 +50,31 @@ def sampled_accept(
     p_draft = draft_probs(law, logits, drafts)
     bs, n_draft = drafts.shape
     uniform = torch.rand((bs, n_draft), generator=generator, device=logits.device, dtype=torch.float32)
+    weight = None
     if proposal is None:
         accepted = within(accepted_prefix_length(uniform < p_draft), draft_counts)
-        final = final_probs(law, logits, drafts, accepted, p_draft, draft_counts)
     elif block_verification:  # each request's block ends at its own count
         proposal = proposal.every_row()  # q at every position: one LM-head product a verify
         weights = prefix_weights(p_draft, proposal.q_draft)
         masses = residual_masses(law, logits, proposal, weights)
         accepted = accepted_block_length(weights, masses, uniform, draft_counts)
         weight = weights.gather(1, accepted.unsqueeze(1))
-        final = sampled_final_probs(law, logits, proposal, accepted, weight, draft_counts)
     else:  # accept with min(1, p / q): u q < p
         accepted = within(accepted_prefix_length(uniform * proposal.q_draft < p_draft), draft_counts)
-        final = sampled_final_probs(law, logits, proposal, accepted, draft_counts=draft_counts)
-    extra = torch.multinomial(final, 1, generator=generator)
+    extra = final_draws(law, logits, drafts, accepted, p_draft, proposal, weight, draft_counts, generator)
     tokens = torch.cat([drafts, drafts.new_zeros(bs, 1)], dim=1)
-    tokens.scatter_(1, accepted.unsqueeze(1), extra)
+    tokens.scatter_(1, accepted.unsqueeze(1), extra.unsqueeze(1))
     return Acceptance(accepted + 1, tokens)
 
 
 def within(accepted: torch.Tensor, draft_counts: torch.Tensor | None) -> torch.Tensor:
     """The accepted drafts, at most each request's own count."""
     return accepted if draft_counts is None else torch.minimum(accepted, draft_counts)
+
+
+def request_rows(part: slice, block: int) -> slice:
+    """The verify rows of the requests `part` (each request's block of rows is contiguous)."""
+    return slice(part.start * block, part.stop * block)
 
 
 def draft_probs(law: RowLaw, logits: torch.Tensor, drafts: torch.Tensor) -> torch.Tensor:
@@ -81,6 +86,36 @@ def draft_probs(law: RowLaw, logits: torch.Tensor, drafts: torch.Tensor) -> torc
     return law.log_prob(scaled.flatten().unsqueeze(-1), at.flatten()).exp().view(bs, n_draft)
 
 
+def final_draws(
+    law: RowLaw, logits: torch.Tensor, drafts: torch.Tensor, accepted: torch.Tensor, p_draft: torch.Tensor,
+    proposal, weight: torch.Tensor | None, draft_counts: torch.Tensor | None, generator=None,
+) -> torch.Tensor:  # fmt: skip
+    """[bs]: the token the target adds at each request's position `accepted`, drawn over chunks of
+    requests (one multinomial each, so the draws equal one call's on CPU under the same generator).
+    Sampled drafts take q's rows at the rejected positions first, all at once ([bs, V]: one LM-head
+    product when q is not kept), and the chunks share what that leaves of the budget."""
+    bs, n_draft = drafts.shape
+    vocab = logits.shape[-1]
+    q_at = None if proposal is None else rejected_q(proposal, accepted, vocab, draft_counts)
+    held = 0 if q_at is None else q_at.numel() * q_at.element_size()
+    extra = torch.empty(bs, dtype=torch.int64, device=logits.device)
+    for part in chunks(bs, rows_within(vocab, held)):
+        rows = request_rows(part, n_draft + 1)
+        if q_at is None:
+            counts = None if draft_counts is None else draft_counts[part]
+            final = final_probs(
+                law.part(rows), logits[rows], drafts[part], accepted[part], p_draft[part], counts
+            )
+        else:
+            at_weight = None if weight is None else weight[part]
+            final = sampled_final_probs(
+                law.part(rows), logits[rows], q_at[part], accepted[part], n_draft, at_weight
+            )
+        extra[part] = torch.multinomial(final, 1, generator=generator).view(-1)
+        del final
+    return extra
+
+
 def final_probs(
     law: RowLaw, logits: torch.Tensor, drafts: torch.Tensor, accepted: torch.Tensor, p_draft: torch.Tensor,
     draft_counts: torch.Tensor | None = None,
@@ -88,9 +123,7 @@ def final_probs(
     """[bs, V]: the law of the one token the target adds at position `accepted` of each request."""
     bs, n_draft = drafts.shape
     row = torch.arange(bs, device=logits.device) * (n_draft + 1) + accepted  # [bs] flat row ids
-    scaled = logits.index_select(0, row).float() / law.temperature[row].unsqueeze(-1)
-    log_p = law.log_prob(scaled, row)
-    del scaled
+    log_p = law.log_prob_(scaled_rows(logits, row, law.temperature), row)
     # A rejected draft leaves the kept set; if it was all of it, p(d) = 1 and it was not rejected,
     # so the guard only keeps rounding from emptying a row.
     padded = torch.cat([drafts, drafts.new_zeros(bs, 1)], dim=1)
@@ -105,34 +138,47 @@ def final_probs(
 def target_rows(law: RowLaw, logits: torch.Tensor, position: torch.Tensor, n_draft: int) -> torch.Tensor:
     """[bs, V]: the target's law p at one block position per request (`position` [bs])."""
     rows = position + (n_draft + 1) * torch.arange(position.shape[0], device=logits.device)  # flat ids
-    scaled = logits.index_select(0, rows).float() / law.temperature[rows].unsqueeze(-1)
-    return law.log_prob(scaled, rows).exp()
+    return law.prob_(scaled_rows(logits, rows, law.temperature), rows)
 
 
 def residual_masses(law: RowLaw, logits: torch.Tensor, proposal, weights: torch.Tensor) -> torch.Tensor:
     """[bs, n]: r_i = sum_x max(w_i p_i(x) - q_i(x), 0) at block positions 1 .. n - 1 (column 0 is
-    unused), one [bs, V] row pair at a time (q's rows sliced from `proposal.every_row()`'s logits)."""
+    unused), one [chunk, V] row pair at a time over chunks of requests (q's rows sliced from
+    `proposal.every_row()`'s logits), summed in p's own memory."""
     bs, n_draft = proposal.q_draft.shape
     masses = torch.zeros_like(proposal.q_draft)
     vocab = logits.shape[-1]
-    for i in range(1, n_draft):
-        position = torch.full((bs,), i, dtype=torch.int64, device=logits.device)
-        p = target_rows(law, logits, position, n_draft)
-        masses[:, i] = residual_mass(weights[:, i], p, proposal.rows(position, vocab))
+    for part in chunks(bs, rows_within(vocab)):
+        rows = request_rows(part, n_draft + 1)
+        part_law, part_logits, part_q = law.part(rows), logits[rows], proposal.requests(part)
+        for i in range(1, n_draft):
+            position = torch.full((part.stop - part.start,), i, dtype=torch.int64, device=logits.device)
+            p = target_rows(part_law, part_logits, position, n_draft)
+            q = part_q.rows(position, vocab)
+            masses[part, i] = p.mul_(weights[part, i].unsqueeze(-1)).sub_(q).clamp_min_(0).sum(-1)
+            del p, q
     return masses
 
 
-def sampled_final_probs(
-    law: RowLaw, logits: torch.Tensor, proposal, accepted: torch.Tensor, weight: torch.Tensor | None = None,
-    draft_counts: torch.Tensor | None = None,
-) -> torch.Tensor:  # fmt: skip
-    """[bs, V]: as final_probs, for sampled drafts: normalise(max(w p_a - q_a, 0)) after a
-    rejection at a (w = 1 token by token; block verification's prefix weight `weight` [bs, 1]),
-    p itself at the bonus position."""
+def rejected_q(
+    proposal, accepted: torch.Tensor, vocab: int, draft_counts: torch.Tensor | None
+) -> torch.Tensor:
+    """[bs, V]: q at each request's rejected position (any row at the bonus: final_law ignores it);
+    zero for a request that kept all its own drafts (per-request lengths): its bonus comes from p."""
     n_draft = proposal.q_draft.shape[1]
+    q_at = proposal.rows(accepted.clamp_max(n_draft - 1), vocab)
+    if draft_counts is not None:
+        q_at.mul_((accepted < draft_counts).unsqueeze(1))
+    return q_at
+
+
+def sampled_final_probs(
+    law: RowLaw, logits: torch.Tensor, q_at: torch.Tensor, accepted: torch.Tensor, n_draft: int,
+    weight: torch.Tensor | None = None,
+) -> torch.Tensor:  # fmt: skip
+    """[bs, V]: as final_probs, for sampled drafts (q_at from `rejected_q`): normalise(max(w p_a -
+    q_a, 0)) after a rejection at a (w = 1 token by token; block verification's prefix weight
+    `weight` [bs, 1]), p itself at the bonus position."""
     p_at = target_rows(law, logits, accepted, n_draft)
-    q_at = proposal.rows(accepted.clamp_max(n_draft - 1), p_at.shape[-1])
     weight = torch.ones_like(accepted, dtype=p_at.dtype) if weight is None else weight.view(-1)
-    if draft_counts is not None:  # a request that kept all its own drafts: its bonus, from p
-        q_at = q_at * (accepted < draft_counts).unsqueeze(1)
     return final_law(weight, p_at, q_at, accepted >= n_draft)

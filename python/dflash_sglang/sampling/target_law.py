@@ -30,6 +30,13 @@ from ..environment import TRITON_ROW_LAW
 
 # Bytes of one [chunk, V] float32 temporary; a pass holds a few of them (see docs/benchmarks.md).
 CHUNK_BYTES = 64 << 20
+# The extra memory a verify's draws and masses may hold beyond the logits themselves (the target's
+# verify logits, the drafter's logits for q): issue 57's bound, 128 MiB at batch 64, V 248,320.
+# Their passes run over row chunks sized by `rows_within` (tests/test_bounded_memory.py measures).
+EXTRA_BYTES = 128 << 20
+# [chunk, V] float32 tensors a chunked pass holds at its peak (p and q's rows or a law and the
+# draw's noise, a kept-set mask, bf16 rows before their cast): measured at 2.3 or less, so 3.
+TEMPORARIES = 3
 # Devices whose logits take the fused Triton kernel (row_law_triton.py): CUDA unless the switch is
 # off; CPU never (the interpreter test sets ("cpu",) to drive this branch under TRITON_INTERPRET).
 TRITON_ROW_LAW_DEVICES = ("cuda",) if TRITON_ROW_LAW.value() else ()
@@ -79,6 +86,38 @@ class RowLaw:
         """log p of scaled logits [n, m] at rows `rows` (-inf outside the kept set)."""
         cut, norm = self.cut[rows].unsqueeze(-1), self.log_norm[rows].unsqueeze(-1)
         return torch.where(scaled >= cut, scaled - norm, float("-inf"))
+
+    def log_prob_(self, scaled: torch.Tensor, rows: slice | torch.Tensor = slice(None)) -> torch.Tensor:
+        """`log_prob` written over `scaled` itself (the same values; no second [n, m] tensor)."""
+        drop = (scaled >= self.cut[rows].unsqueeze(-1)).logical_not_()
+        return scaled.sub_(self.log_norm[rows].unsqueeze(-1)).masked_fill_(drop, float("-inf"))
+
+    def prob_(self, scaled: torch.Tensor, rows: slice | torch.Tensor = slice(None)) -> torch.Tensor:
+        """p of scaled logits [n, m] at rows `rows`, written over `scaled` (0 outside the kept set)."""
+        return self.log_prob_(scaled, rows).exp_()
+
+    def part(self, rows: slice) -> RowLaw:
+        """The law of the rows `rows` (views)."""
+        return RowLaw(self.temperature[rows], self.cut[rows], self.log_norm[rows])
+
+
+def chunks(total: int, step: int):
+    """Slices of at most `step` covering range(total): host shapes only, no device read."""
+    for start in range(0, total, step):
+        yield slice(start, min(start + step, total))
+
+
+def rows_within(vocab: int, held: int = 0, temporaries: int = TEMPORARIES) -> int:
+    """Rows a chunk may hold so that `temporaries` [rows, V] float32 tensors, beside `held` bytes
+    already kept, stay within EXTRA_BYTES (at least one row)."""
+    return max(1, (EXTRA_BYTES - held) // (temporaries * 4 * vocab))
+
+
+def scaled_rows(logits: torch.Tensor, rows: torch.Tensor, temperature: torch.Tensor) -> torch.Tensor:
+    """[n, V] float32 logits[rows] / temperature[rows], a fresh tensor divided in place (a mixed
+    bf16 / float32 division would cast a third copy on CPU)."""
+    picked = logits.index_select(0, rows).float()
+    return picked.div_(temperature[rows].unsqueeze(-1))
 
 
 def chunk_rows(vocab: int) -> int:
@@ -151,7 +190,11 @@ def draw_every_row(logits: torch.Tensor, sampling_info, width: int, reqs) -> tor
     if sampling_info is None or sampling_info.is_all_greedy:
         return logits.argmax(-1).view(-1, width)
     law = row_laws(logits, sampling_info, width, plan_for(sampling_info, logits.shape[-1], reqs))
-    rows = torch.arange(logits.shape[0], device=logits.device)
-    scaled = logits.float() / law.temperature.unsqueeze(-1)
-    probs = torch.softmax(law.log_prob(scaled, rows), dim=-1)
-    return torch.multinomial(probs, 1).view(-1, width)
+    drawn = torch.empty(logits.shape[0], dtype=torch.int64, device=logits.device)
+    for part in chunks(logits.shape[0], rows_within(logits.shape[-1])):  # bounded temporaries
+        scaled = logits[part].to(torch.float32, copy=True).div_(law.temperature[part].unsqueeze(-1))
+        probs = torch.softmax(law.log_prob_(scaled, part), dim=-1)
+        del scaled
+        drawn[part] = torch.multinomial(probs, 1).view(-1)
+        del probs  # before the next chunk's rows
+    return drawn.view(-1, width)
