@@ -18,11 +18,30 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.mark.parametrize("name", sorted(BUGS))
 def test_every_bug_still_finds_the_code_it_edits(name, tmp_path):
+    """The bug's own edit and each twin (the same bug in another backend's file) find their text
+    once, and the planted copy holds exactly those edits."""
     bug = BUGS[name]
-    original = (PACKAGE / bug.file).read_text()
-    assert original.count(bug.old) == 1, f"{name}: {bug.file} changed; update bugs.py"
-    planted = (planted_copy(bug, tmp_path) / "dflash_sglang" / bug.file).read_text()
-    assert planted == original.replace(bug.old, bug.new) != original
+    expected = {}
+    for edit in bug.edits:
+        text = expected.get(edit.file, (PACKAGE / edit.file).read_text())
+        assert text.count(edit.old) == 1, f"{name}: {edit.file} changed; update bugs.py"
+        expected[edit.file] = text.replace(edit.old, edit.new)
+    root = planted_copy(bug, tmp_path) / "dflash_sglang"
+    for file, text in expected.items():
+        assert (root / file).read_text() == text != (PACKAGE / file).read_text()
+
+
+def test_the_torch_law_bugs_have_their_kernel_twins():
+    """Every bug that edits the target's row law in torch (target_law.row_cut, or row_laws' cut)
+    is planted in the CUDA kernel's file too, unless the kernel reads the edited value itself
+    (the temperature tensor row_laws hands it); tests/test_row_law_twins.py runs them."""
+    law_bugs = {
+        n for n, b in BUGS.items() if b.file == "sampling/target_law.py" and "row_cut" in b.new + b.old
+    }
+    law_bugs |= {n for n, b in BUGS.items() if "ordered[" in b.old}
+    assert law_bugs == {"filter_before_temperature", "min_p_wrong_maximum"}
+    for name in law_bugs:
+        assert {edit.file for edit in BUGS[name].twins} == {"sampling/row_law_triton.py"}, name
 
 
 def power(*prefix: str) -> dict:

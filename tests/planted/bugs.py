@@ -12,17 +12,32 @@ import dataclasses
 
 
 @dataclasses.dataclass(frozen=True)
+class Edit:
+    file: str  # relative to the package's root
+    old: str  # exact text, found once
+    new: str
+
+
+@dataclasses.dataclass(frozen=True)
 class Bug:
     file: str  # relative to the package's root
     old: str  # exact text, found once
     new: str
     what: str  # the bug in words
     paths: str  # the decoding paths that run the edited code
+    # The same bug where another backend computes the same thing (the CUDA row-law kernel,
+    # sampling/row_law_triton.py), planted with the edit above: every path carries it.
+    twins: tuple[Edit, ...] = ()
+
+    @property
+    def edits(self) -> tuple[Edit, ...]:
+        return (Edit(self.file, self.old, self.new), *self.twins)
 
 
 SAMPLED_VERIFY = "sampling/sampled_verify.py"
 TARGET_LAW = "sampling/target_law.py"
 SAMPLED_DRAFTS = "sampling/sampled_drafts.py"
+ROW_LAW_TRITON = "sampling/row_law_triton.py"
 
 BUGS = {
     "no_residual": Bug(
@@ -75,6 +90,14 @@ BUGS = {
         " / temperature[part]",
         "top_p (and min_p) measured on the probabilities before the temperature",
         "chain, sampled chain, tree",
+        twins=(  # the kernel's search masses at temperature 1, its min-p floor log(min_p) / T
+            Edit(ROW_LAW_TRITON, "e = tl.exp(s - row_max)", "e = tl.exp((s - row_max) * temperature)"),
+            Edit(
+                ROW_LAW_TRITON,
+                "floor = row_max + tl.load(log_min_p_ptr + row)",
+                "floor = row_max + tl.load(log_min_p_ptr + row) / temperature",
+            ),
+        ),
     ),
     "min_p_wrong_maximum": Bug(
         TARGET_LAW,
@@ -82,6 +105,14 @@ BUGS = {
         "floor = ordered[:1, 0] + torch.log(min_p)",
         "min_p measured against the first row's maximum (another position's or request's)",
         "chain, sampled chain, tree",
+        twins=(  # the kernel's floor max_r + log(min_p) shifted to the first row's max
+            Edit(
+                ROW_LAW_TRITON,
+                "log_min_p = torch.log(min_p.float()) if plan.min_p",
+                "log_min_p = torch.log(min_p.float()) + (lambda m: m[:1] - m)("
+                "(logits.float() / temperature.float().unsqueeze(-1)).amax(-1)) if plan.min_p",
+            ),
+        ),
     ),
     "stale_frequency_penalty": Bug(
         "sampling/penalties.py",

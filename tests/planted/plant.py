@@ -32,11 +32,14 @@ def planted_copy(bug: Bug, root: Path) -> Path:
     target = root / "dflash_sglang"
     shutil.copytree(PACKAGE, target, ignore=shutil.ignore_patterns("__pycache__", "assets"))
     (target / "assets").symlink_to(PACKAGE / "assets")
-    path = target / bug.file
-    text = path.read_text()
-    if text.count(bug.old) != 1:
-        raise ValueError(f"{bug.file}: the text to replace is found {text.count(bug.old)} times, not once")
-    path.write_text(text.replace(bug.old, bug.new))
+    for edit in bug.edits:  # the bug's own edit, then its twins in other backends' files
+        path = target / edit.file
+        text = path.read_text()
+        if text.count(edit.old) != 1:
+            raise ValueError(
+                f"{edit.file}: the text to replace is found {text.count(edit.old)} times, not once"
+            )
+        path.write_text(text.replace(edit.old, edit.new))
     return root
 
 

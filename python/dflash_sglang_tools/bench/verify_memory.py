@@ -54,7 +54,7 @@ def law_given(law):
 
 @contextlib.contextmanager
 def budget(extra_bytes: int):
-    saved = target_law.EXTRA_BYTES
+    saved = getattr(target_law, "EXTRA_BYTES", None)  # None: a package before the bound
     target_law.EXTRA_BYTES = extra_bytes
     try:
         yield
@@ -142,7 +142,7 @@ def measure(
     `only`: the paths to run (default: all); `dtype`: the logits' (float32, or bfloat16 as a GPU's)."""
     x = inputs(bs, block, vocab, dtype=dtype, with_q=only is None or set(only) != {"tree_draw"})
     out = {}
-    with law_given(x.law), budget(target_law.EXTRA_BYTES if extra_bytes is None else extra_bytes):
+    with law_given(x.law), budget(extra_bytes or getattr(target_law, "EXTRA_BYTES", 0)):
         for name, run in paths(x, block).items():
             if only is None or name in only:
                 out[name] = peak_extra_bytes(run)[0]
