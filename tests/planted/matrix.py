@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from .bugs import BUGS
-from .plant import run_planted
+from .plant import PLANTABLE, run_planted
 
 CHAIN = "tests/server/test_worker.py::test_the_sampled_law_with_real_filters"
 LAW_TESTS = {
@@ -78,7 +78,7 @@ def main(argv=None) -> None:
     for bug in args.bugs.split(","):
         for path in args.paths.split(","):
             planted = None if bug == "none" else bug
-            if planted and not any(path in REACHES[p.strip()] for p in BUGS[planted].paths.split(",")):
+            if planted and not any(path in REACHES[p.strip()] for p in PLANTABLE[planted].paths.split(",")):
                 continue
             start = time.monotonic()
             result = run_cell(planted, LAW_TESTS[path], args.logs / f"{bug}-{path}.log")

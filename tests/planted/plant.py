@@ -22,9 +22,10 @@ import dflash_sglang
 
 from .bugs import BUGS, Bug
 from .policy_bugs import POLICY_BUGS
+from .sampled_draft_bugs import SAMPLED_DRAFT_BUGS
 
 PACKAGE = Path(dflash_sglang.__file__).resolve().parent
-PLANTABLE = {**BUGS, **POLICY_BUGS}
+PLANTABLE = {**BUGS, **POLICY_BUGS, **SAMPLED_DRAFT_BUGS}
 
 
 def planted_copy(bug: Bug, root: Path) -> Path:

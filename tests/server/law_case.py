@@ -21,6 +21,7 @@ from .pairs import load
 
 BLOCK = 4
 COMPLETIONS = 64
+FIRST_BLOCKS = 512  # more completions a setting, one block long: law_omnibus.py's shared prefixes
 
 
 def trained_case():

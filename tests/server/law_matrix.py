@@ -34,6 +34,7 @@ from scipy import stats
 from sglang.srt.layers.sampler import top_k_top_p_min_p_sampling_from_probs_torch
 
 from .law_drafts import read_blocks
+from .law_omnibus import omnibus_log_ratio, omnibus_pvalue
 from .law_sampled import SampledDrafter, sampled_log_ratios
 from .law_statistics import likelihood_ratio_pvalue
 
@@ -227,19 +228,26 @@ def most_powerful(model, prompts: list[list[int]], steps: int = 8) -> list[int]:
     return max(prompts, key=score)
 
 
-def judge(setting: Setting, model, prompt: list[int], completions: list[list[int]], drafter=None) -> tuple:
+def judge(
+    setting: Setting, model, prompt: list[int], completions: list[list[int]], drafter=None, first=None
+) -> tuple:  # fmt: skip
     """(p, control p, the failure in words or "") of one setting's completions. p is the smaller,
     Bonferroni-doubled, of the PIT's and the likelihood ratio's against the bugs' own laws
     (law_statistics.py; `drafter`, a law_drafts.ChainDrafter, lets it see the drafts; a
-    law_sampled.SampledDrafter adds the laws of a sampled-draft verify's bugs)."""
-    tokens = torch.tensor(completions)
-    logits = target_logits(model, prompt, completions)
-    target, support = law(logits, tokens, setting.params), law(logits, tokens, relaxed(setting.params))
+    law_sampled.SampledDrafter adds the laws of a sampled-draft verify's bugs) and the omnibus
+    law of the next token given the prefix (law_omnibus.py), over `completions` and `first`
+    (more completions of the setting, short ones: many share their prefixes)."""
+    tokens, logits, target, support, usable = tested(setting.params, model, prompt, completions)
     stray = outside(support, tokens)
-    usable = ((target > 0) == (support > 0)).all(-1)
-    state, more = None, None
+    groups = [(target, tokens, usable)]
+    if first:
+        short, _, short_target, short_support, short_usable = tested(setting.params, model, prompt, first)
+        stray += outside(short_support, short)
+        groups.append((short_target, short, short_usable))
+    omnibus = omnibus_log_ratio(groups)
+    state, more = None, [omnibus]
     if isinstance(drafter, SampledDrafter):  # the drafts unseen: summed out (law_sampled.py)
-        more = sampled_log_ratios(law, model, drafter, prompt, completions, setting.params, target, usable)
+        more += sampled_log_ratios(law, model, drafter, prompt, completions, setting.params, target, usable)
     elif drafter is not None:
         state = read_blocks(model, drafter, prompt, completions)
     ratio = likelihood_ratio_pvalue(law, logits, tokens, setting.params, target, usable, state, more)
@@ -250,7 +258,22 @@ def judge(setting: Setting, model, prompt: list[int], completions: list[list[int
     if p > PASS and control < REJECT:
         return p, control, ""
     stray_note = f"; {stray} tokens outside the filter" if stray else ""
-    return p, control, f"p {p:.3g} (must be > {PASS:.2g}{stray_note}), control {control:.3g} (< {REJECT})"
+    named = likelihood_ratio_pvalue(law, logits, tokens, setting.params, target, usable, state, more[1:])
+    parts = f"omnibus alone {omnibus_pvalue(omnibus):.3g}, the bugs' laws alone {named:.3g}"
+    return (
+        p,
+        control,
+        f"p {p:.3g} (must be > {PASS:.2g}{stray_note}; {parts}), control {control:.3g} (< {REJECT})",
+    )
+
+
+def tested(params: dict, model, prompt: list[int], completions: list[list[int]]) -> tuple:
+    """(tokens, logits, the tested law, its support relaxed, the positions counted: where float32
+    and float64 filters agree on the support) of completions of one length."""
+    tokens = torch.tensor(completions)
+    logits = target_logits(model, prompt, completions)
+    target, support = law(logits, tokens, params), law(logits, tokens, relaxed(params))
+    return tokens, logits, target, support, ((target > 0) == (support > 0)).all(-1)
 
 
 def assert_follows_the_law(setting: Setting, model, prompt: list[int], completions: list[list[int]]) -> None:
@@ -261,16 +284,20 @@ def assert_follows_the_law(setting: Setting, model, prompt: list[int], completio
 
 def assert_every_setting_follows_the_law(
     path: str, server, model, prompts: list[list[int]], n: int = 32, max_new: int = 24,
-    extra: dict | None = None, batched: bool = True, drafter=None,
+    extra: dict | None = None, batched: bool = True, drafter=None, first: int = 0,
 ) -> None:  # fmt: skip
     """Every setting's completions pass against the target's law and fail against its control
     (`extra`: request fields every request carries, such as a LoRA adapter's name; `drafter`: the
-    chain's drafter, law_drafts.ChainDrafter, for the tests that watch the drafts)."""
+    chain's drafter, law_drafts.ChainDrafter, for the tests that watch the drafts; `first`: that
+    many more completions a setting, one block long, for the omnibus, law_omnibus.py)."""
     assert path in PATHS, f"register {path!r} in law_matrix.PATHS"
     prompt = most_uncertain(model, prompts)
     failures = []
+    short = dict.fromkeys(SETTINGS)
+    if first:  # the prefill's token and one block's drafts
+        short = sampled_batch(server, prompt, first, getattr(drafter, "block_size", 4), extra or {}, batched)
     for name, completions in sampled_batch(server, prompt, n, max_new, extra or {}, batched).items():
-        p, control, failure = judge(SETTINGS[name], model, prompt, completions, drafter)
+        p, control, failure = judge(SETTINGS[name], model, prompt, completions, drafter, short[name])
         RESULTS.append({"path": path, "setting": name, "p": p, "control": control})
         if failure:
             failures.append(f"{name}: {failure}")

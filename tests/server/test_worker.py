@@ -23,7 +23,7 @@ from dflash_sglang.sampling.sampled_drafts import SAMPLED_DRAFTS_ENV
 from dflash_sglang_tools.testing.server import SGLangServer
 
 from .conftest import PLAIN, dflash_args
-from .law_case import COMPLETIONS, trained_case
+from .law_case import COMPLETIONS, FIRST_BLOCKS, trained_case
 from .law_matrix import assert_every_setting_follows_the_law
 from .law_sampled import SampledDrafter
 from .pairs import chat, chat_prompts, load, reference
@@ -266,8 +266,9 @@ def test_the_sampled_law_with_real_filters(env, drafts, path):
     env = {**env, SAMPLED_DRAFTS_ENV: drafts}
     judge_with = SampledDrafter(drafter) if drafts == "1" else drafter
     with SGLangServer(pair.target, dflash_args(pair, drafter.block_size), env=env) as server:
+        first = FIRST_BLOCKS if drafts == "1" else 0  # the omnibus, for sampled drafts' rules
         assert_every_setting_follows_the_law(
-            path, server, target, [prompt], n=COMPLETIONS, drafter=judge_with
+            path, server, target, [prompt], n=COMPLETIONS, drafter=judge_with, first=first
         )  # fmt: skip
 
 
