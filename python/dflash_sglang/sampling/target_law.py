@@ -186,7 +186,8 @@ def row_cut(scaled, top_k, top_p, min_p, plan: LawPlan) -> torch.Tensor:
 
 
 def draw_every_row(logits: torch.Tensor, sampling_info, width: int, reqs) -> torch.Tensor:
-    """[bs, N] the target's token at every row (a tree's nodes): argmax, or one draw of its law."""
+    """[bs, N] the target's token at every row (a tree's nodes): argmax, or one draw of its law,
+    over row chunks (one multinomial each: on CPU the same draws as one call under one seed)."""
     if sampling_info is None or sampling_info.is_all_greedy:
         return logits.argmax(-1).view(-1, width)
     law = row_laws(logits, sampling_info, width, plan_for(sampling_info, logits.shape[-1], reqs))
