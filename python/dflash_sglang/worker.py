@@ -52,6 +52,7 @@ from .step.draft_window import allocate_window_pool, refuse_unsupported_setups
 from .step.drafting import Drafting
 from .step.hybrid import RecurrentStateCommit
 from .step.ragged import ragged_off_because
+from .step.step_record import step_record
 from .step.tp_agreement import TpAgreement, draft_scope
 from .step.verifying import ChainRule, SimulatedRule, TreeRule, Verifying
 from .tree import verify as tree_verify
@@ -141,6 +142,10 @@ class DFlashWorker(BaseSpecWorker):
         )  # fmt: skip
         self.verify = self.verify_phase()
         self.commit = Committing(self.context)
+        # Testing: what each step handed the target (DFLASH_SGLANG_STEP_RECORD), else None.
+        self.step_record = self.verify.record = step_record(
+            self.widths, getattr(tp_group, "rank_in_group", 0)
+        )
         if self.simulated is not None:
             logger.warning("dflash_sglang: %s: simulated acceptance, for benchmarking only; the "
                            "output is not the target's", self.simulated.describe)  # fmt: skip
@@ -255,6 +260,8 @@ class DFlashWorker(BaseSpecWorker):
             block = self.draft(batch, batch.spec_info, width, self.widths.per_request_lengths)
             verified = self.verify(batch, block, penalties, grammar_barrier)
             result = self.commit(batch, block, verified, penalties, on_publish)
+            if self.step_record is not None:
+                self.step_record.step(batch, width, result.accept_lens)
             self.widths.step_done()
             return result
 

@@ -5,9 +5,11 @@ exact (the target verifies what it is given, the commit keeps the longest correc
 lossless or law test can see a bug of its wiring: a server with one of these bugs emits the same
 tokens, only slower. Each is an edit of one file of the package, planted as bugs.py's are
 (plant.py), and each is caught by an engine-free test (`caught_by`, pytest node ids from the
-repository's root; docs/reliability.md's "Planted policy bugs" table). The exception that proves
-the rule is `narrow_wrong_rows`: q's rows of other requests break the sampled law too.
-tests/test_policy_bugs.py checks that every edit still finds its text, and plants one.
+repository's root; docs/reliability.md's "Planted policy bugs" table), or where no engine-free
+test can reach the seam, by a server test that reads what reached the target (`CAUGHT_ON_A_SERVER`:
+tests/server/step_records.py). The exception that proves the rule is `narrow_wrong_rows`: q's rows
+of other requests break the sampled law too. tests/test_policy_bugs.py checks that every edit still
+finds its text and every named test exists, and plants one.
 """
 
 from __future__ import annotations
@@ -81,6 +83,14 @@ POLICY_BUGS = {
         "a fixed narrow width (/set_internal_state) leaves its steps unpaired: they count as the widest's",
         "chain, tree (runtime switch)",
     ),
+    "deferred_flush_skipped": Bug(
+        "step/drafting.py",
+        "        self.context.flush()  # the context the plain steps since the last draft committed\n",
+        "",
+        "the drafter reads the draft KV before the plain steps' held context is written (it lands at "
+        "the next drafted commit or after FLUSH_EVERY plain steps): drafts from stale context",
+        "chain, tree (plain steps: the adaptive width, forced cycles)",
+    ),
     "narrow_wrong_rows": Bug(
         "sampling/sampled_drafts.py",
         "rows = torch.arange(bs * size, device=self.q_draft.device).view(bs, size)[:, :n_draft].flatten()",
@@ -119,16 +129,27 @@ CAUGHT_BY = {
     ],
     "narrow_wrong_rows": [f"{SEAMS}::test_narrow_keeps_each_requests_first_k_positions"],
 }
+# Server tests that fail with the bug planted (step_records.py: what each step handed the target):
+# the only catchers of bugs whose seam needs an engine, a second line behind the engine-free ones.
+VERIFY_WIDTH_SERVER = "tests/server/test_verify_width.py"
+MIXED_BATCH = f"{VERIFY_WIDTH_SERVER}::test_a_mixed_batch_reaches_the_target_at_each_requests_own_length"
+CAUGHT_ON_A_SERVER = {
+    "ragged_verify_off": [MIXED_BATCH],
+    "recorded_at_batch_width": [MIXED_BATCH],
+    "deferred_flush_skipped": [
+        f"{VERIFY_WIDTH_SERVER}::test_each_step_accepted_what_the_reference_does_at_the_lengths_it_verified[sync]"
+    ],
+}
 
 
 def main() -> int:
-    """Plant every policy bug and run the tests that should catch it: each run must fail."""
+    """Plant every policy bug and run the tests that should catch it (servers' too): each run must fail."""
     import subprocess
     import sys
 
     missed = []
     for name in POLICY_BUGS:
-        for node in CAUGHT_BY[name]:
+        for node in CAUGHT_BY.get(name, []) + CAUGHT_ON_A_SERVER.get(name, []):
             command = [sys.executable, "-m", "tests.planted.plant", name, "--"]
             command += [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", node]
             rc = subprocess.call(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

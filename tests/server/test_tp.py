@@ -2,10 +2,13 @@
 the drafter sharded like the target, the TP-safe draft argmax, and every rank committing rank 0's
 tokens. Greedy outputs equal a no-spec --tp-size 2 server and the engine-free (TP=1) reference
 token for token, 5 prompts one at a time, 8 concurrent and on a radix-cache hit, under the overlap
-worker (also with the reference's verify-step counts: the sharded drafter drafts what the
+worker with the verify policy users get (the adaptive width, per-request lengths; each step's
+acceptance the reference's at the width it verified: the sharded drafter drafts what the
 unsharded one does) and under the plain worker with a draft window of 8, which the outputs
-outgrow. The drafters are variants SGLang's built-in loads (testing/tiny_variants.py), with an
-MLP width SGLang pads for TP on CPU: the overlap worker's is DFlash2 (the vocab-parallel top-k,
+outgrow. Each rank records what it handed the target every step (step_records.py): after greedy
+and sampled requests together, both ranks' records are identical, ragged where the policy chose.
+The drafters are variants SGLang's built-in loads (testing/tiny_variants.py), with an MLP width
+SGLang pads for TP on CPU: the overlap worker's is DFlash2 (the vocab-parallel top-k,
 the replicated selector) with sinks (sharded by head) and convolutions; under the plain worker,
 without the window, a Laguna drafter (its gate sharded by head) with Domino's rollout (the full
 logits gathered across ranks), sinks and convolutions, verify counts checked too; with the window,
@@ -22,11 +25,13 @@ Servers: the two hybrid ones, then one no-spec and one per worker (at most two u
 
 from __future__ import annotations
 
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from dflash_sglang.width.request_lengths import FORCED_LENGTHS_ENV
+from dflash_sglang.width.verify_width import ADAPTIVE_ENV
 from dflash_sglang_tools.testing.server import SGLangServer
 from dflash_sglang_tools.testing.tiny_variants import write_variant_pair
 
@@ -36,6 +41,12 @@ from .law_case import COMPLETIONS, trained_case
 from .law_matrix import assert_every_setting_follows_the_law
 from .law_sampled import SampledDrafter
 from .pairs import HOT_SHAPE, load, reference
+from .step_records import (
+    assert_each_step_accepted_what_the_reference_does,
+    assert_the_target_saw_what_the_policy_chose,
+    read_steps,
+    record_env,
+)
 
 BLOCK = 4
 MAX_NEW = 24
@@ -43,8 +54,10 @@ TP2 = ["--tp-size", "2"]
 ONE_CORE_PER_RANK = {"SGLANG_CPU_OMP_THREADS_BIND": "0|1"}
 WINDOW = 8  # the plain worker's drafter sees the last 8 committed tokens (the draft window)
 PLAIN_TP2 = {"SGLANG_ENABLE_SPEC_V2": "", "SGLANG_ENABLE_DFLASH_SPEC_V2": "", **ONE_CORE_PER_RANK}
+OVERLAP_TP2 = {"SGLANG_ENABLE_SPEC_V2": "1", **ONE_CORE_PER_RANK}
 WORKERS = {
-    "overlap": ({"SGLANG_ENABLE_SPEC_V2": "1", **ONE_CORE_PER_RANK}, []),
+    # the verify policy as users launch it: the adaptive width, each request its own length
+    "overlap": ({**OVERLAP_TP2, ADAPTIVE_ENV: ""}, []),
     "plain": (PLAIN_TP2, []),
     # ... and per-request verify lengths, forced through a cycle (step/ragged.py), so one ragged
     # verify at a time runs on both ranks
@@ -63,7 +76,7 @@ def test_hybrid_target_equals_transformers_concurrently_and_on_a_radix_hit(tmp_p
     state reused on both ranks). Its own server, gone before the others start."""
     pair = hybrid.make_hybrid_pair(tmp_path, experts)
     args = [*TP2, *hybrid.HYBRID_ARGS, *hybrid.EXTRA_BUFFER, *dflash_args(pair, hybrid.BLOCK)]
-    env = {**hybrid.HYBRID_ENV, **WORKERS["overlap"][0], "DFLASH_SGLANG_REPLAY_SSM": "1"}
+    env = {**hybrid.HYBRID_ENV, **OVERLAP_TP2, "DFLASH_SGLANG_REPLAY_SSM": "1"}
     if experts:  # each request its own length: ragged verifies through the ring on both ranks
         env[FORCED_LENGTHS_ENV] = "8,1,4,2,8,3,1,6"
     prompts = hybrid.prompts()
@@ -108,11 +121,13 @@ def nospec(pairs):
 
 
 @pytest.fixture(scope="module", params=sorted(WORKERS))
-def dflash(request, pairs, nospec):
+def dflash(request, pairs, nospec, tmp_path_factory):
     env, extra = WORKERS[request.param]
     pair = pairs[request.param]
+    steps = tmp_path_factory.mktemp("steps")  # each rank's record of its steps (step_records.py)
+    env = {**env, **record_env(steps)}
     with SGLangServer(pair.target, [*TP2, *dflash_args(pair, BLOCK), *extra], env=env) as server:
-        server.kind, server.pair = request.param, pair
+        server.kind, server.pair, server.steps = request.param, pair, steps
         yield server
 
 
@@ -142,15 +157,19 @@ def test_both_ranks_serve_our_worker(dflash):
 
 
 def test_greedy_equals_nospec_tp2_and_the_reference_one_at_a_time(dflash, prompt_ids, expected):
-    accepted_more_than_one = 0
+    accepted_more_than_one, served = 0, []
     for ids, want in zip(prompt_ids[:5], expected[:5], strict=True):
         out = dflash.generate(ids, MAX_NEW)
         ref = reference(dflash.pair, ids, MAX_NEW, BLOCK)
         assert out["output_ids"] == want == ref.tokens
-        if dflash.kind != "plain-window":  # the reference has no window
+        if dflash.kind == "plain":  # whole blocks: the reference's steps
             assert out["meta_info"]["spec_verify_ct"] == len(ref.accept_lengths)  # the same drafts
+        served.append((ids, out))
         accepted_more_than_one += max(ref.accept_lengths) > 1
     assert accepted_more_than_one >= 3  # the accept path ran, not only rejections
+    if dflash.kind == "overlap":  # the adaptive width: each step the reference's at its own width
+        steps = read_steps(dflash.steps)
+        assert_each_step_accepted_what_the_reference_does(dflash.pair, steps, served, BLOCK)
 
 
 def test_eight_concurrent_requests_and_radix_hits(dflash, prompt_ids, expected):
@@ -175,6 +194,33 @@ def test_the_sampled_law_with_real_filters_and_greedy_stays_exact(dflash, prompt
         assert dflash.generate(ids, MAX_NEW)["output_ids"] == want
 
 
+def test_both_ranks_handed_the_target_the_same_steps_the_policy_chose(dflash, prompt_ids, expected):
+    """After pairs of a greedy and a sampled request (drafts fit them unlike), every rank's record
+    (step_records.py) of every step so far: the same layout and lengths on both ranks, the verify
+    ragged exactly where rank 0's choice was, and under the adaptive width each request's
+    acceptance recorded at its own length. Ragged steps every step under the forced lengths; the
+    adaptive width at TP=2 on two cores mostly decodes batches plain (0 to 6 ragged steps in
+    about 450), so there it must have varied the width, and checks whatever ragged steps it chose."""
+    for ids, want in zip(prompt_ids[:4], expected[:4], strict=True):
+        with ThreadPoolExecutor(2) as pool:
+            sampled = pool.submit(dflash.generate, ids, MAX_NEW, temperature=1.0)
+            assert dflash.generate(ids, MAX_NEW)["output_ids"] == want and sampled.result()["output_ids"]
+    ranks = [read_steps(dflash.steps, rank) for rank in (0, 1)]
+    deadline = time.monotonic() + 30  # rank 1 may write its last line after rank 0 has answered
+    while len(ranks[1]) < len(ranks[0]) and time.monotonic() < deadline:
+        time.sleep(0.2)
+        ranks = [read_steps(dflash.steps, rank) for rank in (0, 1)]
+    assert ranks[0] == ranks[1]  # a rank with lengths of its own would desynchronise the collectives
+    steps = ranks[0]
+    assert_the_target_saw_what_the_policy_chose(steps)
+    ragged = [step for step in steps if step["target"]["layout"] == "ragged"]
+    if dflash.kind == "plain-window":  # forced per-request lengths: every step
+        assert len(ragged) == len(steps)
+    if dflash.kind == "overlap":  # the adaptive width chose, rank 0's choice on both
+        assert len({step["chose"]["width"] for step in steps}) >= 2
+        assert all(step["recorded"] for step in ragged) and any(step["recorded"] for step in steps)
+
+
 def test_the_sampled_law_at_tp2_on_the_trained_pair():
     """law_case.py's trained pair, where the bugs of speculative sampling show, under the overlap
     worker at TP=2, with drafts sampled from q (the default): every rank verifies rank 0's draws
@@ -182,7 +228,7 @@ def test_the_sampled_law_at_tp2_on_the_trained_pair():
     unseen drafts out (law_sampled.py); the startup line says the drafts are sampled."""
     pair, target, drafter, prompt = trained_case()
     args = [*TP2, *dflash_args(pair, drafter.block_size)]
-    with SGLangServer(pair.target, args, env=WORKERS["overlap"][0]) as server:
+    with SGLangServer(pair.target, args, env=OVERLAP_TP2) as server:
         assert "drafts at T > 0: sampled from the drafter's law" in server.log_path.read_text()
         path = "TP=2, overlap worker, trained pair"
         judge_with = SampledDrafter(drafter)

@@ -41,6 +41,13 @@ from .broken_drafters import drafter, drafter_weights
 from .conftest import OVERLAP_CHECKED, PLAIN, dflash_args
 from .law_matrix import assert_every_setting_follows_the_law
 from .pairs import load, reference, word_prompts
+from .step_records import (
+    assert_each_step_accepted_what_the_reference_does,
+    assert_the_target_saw_what_the_policy_chose,
+    drafted_after_plain,
+    read_steps,
+    record_env,
+)
 
 BLOCK = 8
 MAX_NEW = 32
@@ -68,10 +75,12 @@ def prompt_ids(pair):
 
 
 @pytest.fixture(scope="module", params=sorted(WORKERS))
-def server(request, pair):
+def server(request, pair, tmp_path_factory):
     worker, switch = WORKERS[request.param]
-    with SGLangServer(pair.target, dflash_args(pair, BLOCK), env={**worker, switch: CYCLE}) as server:
-        server.kind, server.switch = request.param, switch
+    steps = tmp_path_factory.mktemp("steps")  # what each step handed the target (step_records.py)
+    env = {**worker, switch: CYCLE, **record_env(steps)}
+    with SGLangServer(pair.target, dflash_args(pair, BLOCK), env=env) as server:
+        server.kind, server.switch, server.steps = request.param, switch, steps
         yield server
 
 
@@ -96,11 +105,28 @@ def test_greedy_equals_the_reference_alone_concurrently_and_on_a_radix_hit(pair,
     assert again["meta_info"]["cached_tokens"] > 0 and again["output_ids"] == want[-1]
 
 
+def test_each_step_accepted_what_the_reference_does_at_the_lengths_it_verified(pair, server, prompt_ids):
+    """The step record (step_records.py): every step's verify is what the cycle chose, and each
+    request's steps, plain ones among them, commit what the engine-free drafter commits at the same
+    lengths when it has seen every committed position's features. Plain steps hold their context
+    until the drafter reads (step/deferred_context.py): a flush lost or late shows here."""
+    alone = [(ids, server.generate(ids, MAX_NEW)) for ids in prompt_ids[:2]]
+    with ThreadPoolExecutor(8) as pool:
+        together = list(pool.map(lambda ids: (ids, server.generate(ids, MAX_NEW)), prompt_ids))
+    steps = read_steps(server.steps)
+    assert_the_target_saw_what_the_policy_chose(steps)
+    checked = assert_each_step_accepted_what_the_reference_does(pair, steps, alone + together, BLOCK)
+    after_plain = drafted_after_plain(steps)  # the deferral ran: drafts read what plain steps held
+    assert checked >= 40 and after_plain >= 5, (checked, after_plain)
+
+
 @pytest.fixture(scope="module")
-def adaptive(pair):
-    env = {**OVERLAP_CHECKED, ADAPTIVE_ENV: ""}  # unset: the default
+def adaptive(pair, tmp_path_factory):
+    steps = tmp_path_factory.mktemp("steps")
+    env = {**OVERLAP_CHECKED, ADAPTIVE_ENV: "", **record_env(steps)}  # unset: the default
     args = [*dflash_args(pair, BLOCK), "--enable-metrics"]  # the operator's gauges (below)
     with SGLangServer(pair.target, args, env=env) as server:
+        server.steps = steps
         yield server
 
 
@@ -117,6 +143,14 @@ def test_the_adaptive_width_is_exact_and_reports_what_ran(pair, adaptive, prompt
     assert steps >= REPORT_EVERY and f"verify widths of the last {REPORT_EVERY} steps" in log
     ran = set().union(*(widths for widths in reported_widths(log)))
     assert len(ran) >= 2, f"the policy ran only widths {ran}: it did not adapt"
+    # What reached the target (step_records.py): the policy's lengths, ragged where it chose them,
+    # each request's acceptance recorded at its own length, its commits the reference's.
+    steps = read_steps(adaptive.steps)
+    assert_the_target_saw_what_the_policy_chose(steps)
+    ragged = [step for step in steps if step["target"]["layout"] == "ragged"]
+    assert ragged and all(step["recorded"] for step in ragged), f"{len(ragged)} ragged of {len(steps)}"
+    served = [*zip(prompt_ids * 2, alone, strict=True), *zip(prompt_ids, together, strict=True)]
+    assert_each_step_accepted_what_the_reference_does(pair, steps, served, BLOCK)
 
 
 def test_the_policy_switched_at_runtime_stays_exact_and_runs_what_it_says(pair, adaptive, prompt_ids):
@@ -141,6 +175,33 @@ def test_the_policy_switched_at_runtime_stays_exact_and_runs_what_it_says(pair, 
     assert whole_blocks["steps"] > 0 and set(whole_blocks["widths"]) == {BLOCK}, whole_blocks
     one_width = switched_from(log, f"{LENGTHS}=1")  # ... and under one width a batch
     assert one_width["steps"] > 0 and one_width["ragged"] == 0, one_width
+    # ... and what reached the target under each: whole blocks, then no ragged verify
+    steps = read_steps(adaptive.steps)
+    assert_the_target_saw_what_the_policy_chose(steps)
+    fixed = [step for step in steps if step["chose"]["fixed_width"] == BLOCK]
+    assert fixed and all(step["target"]["lengths"] == [BLOCK] * len(step["rids"]) for step in fixed)
+    off = [step for step in steps if not step["chose"]["per_request"]]
+    assert off and all(step["target"]["layout"] == "whole" for step in off)
+
+
+def test_a_mixed_batch_reaches_the_target_at_each_requests_own_length(pair, adaptive, prompt_ids):
+    """Greedy and sampled requests in one batch (drafts fit them unlike: each kind its own pool), as
+    users launch the server: the policy gives them lengths of their own, and the step record shows
+    the verify ragged exactly there, each request verifying and recorded at its own length. Up to
+    four bursts: the policy times and probes before it exploits."""
+    want = [reference(pair, ids, MAX_NEW, BLOCK).tokens for ids in prompt_ids]
+    before, ragged = len(read_steps(adaptive.steps)), []
+    for _ in range(4):
+        with ThreadPoolExecutor(16) as pool:
+            greedy = pool.map(lambda ids: adaptive.generate(ids, MAX_NEW), prompt_ids)
+            sampled = pool.map(lambda ids: adaptive.generate(ids, MAX_NEW, temperature=1.0), prompt_ids)
+            assert [out["output_ids"] for out in greedy] == want and len(list(sampled)) == len(want)
+        steps = read_steps(adaptive.steps)[before:]
+        assert_the_target_saw_what_the_policy_chose(steps)
+        ragged = [step for step in steps if step["target"]["layout"] == "ragged"]
+        if ragged:
+            break
+    assert ragged and all(step["recorded"] for step in ragged), f"no ragged step in {len(steps)}"
 
 
 def switched_from(log: str, switch: str) -> dict:

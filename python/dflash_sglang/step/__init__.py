@@ -13,6 +13,7 @@ small call.
     draft_window.py     --speculative-draft-window-size: the drafter's KV in a ring of W + B
     tp_agreement.py     --tp-size: the draft TP scope; every rank commits rank 0's tokens
     request_outputs.py  what the scheduler reads besides tokens: logprobs, sampling masks
+    step_record.py      testing: a JSON line a step of what reached the target (server tests)
 
 May import: every folder below it (errors, runtime/, sampling/, tree/, drafter/, width/) and
 SGLang; never the worker, which imports it.

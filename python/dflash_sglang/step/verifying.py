@@ -105,6 +105,7 @@ class Verifying:
         self.target_worker, self.widths, self.tree = target_worker, widths, tree
         self.stream = stream  # the drafter's (runtime/streams.py): the drafts must be there
         self.chain_rule, self.tree_rule = chain_rule, tree_rule
+        self.record = None  # step/step_record.py's, where a test asks for one
 
     def __call__(
         self, batch, block: Block, penalties: PenaltyLedger | None, grammar_barrier=None
@@ -165,6 +166,8 @@ class Verifying:
         # Graphs: the widest uniform chain's only.
         if size != self.widths.widest or block.tree is not None or layout is not None:
             forward_batch.can_run_decode_cuda_graph = False
+        if self.record is not None:  # what the target is handed, as it is handed
+            self.record.target_forward(verify_input, len(batch.seq_lens))
         return self.target_worker.forward_batch_generation(
             batch=None,
             forward_batch=forward_batch,
