@@ -20,16 +20,16 @@ tests/server/step_records.py reads them. Off (the default), the step pays one `N
 from __future__ import annotations
 
 import json
-import os
 
+from ..environment import STEP_RECORD
 from ..runtime import host_sync
 
-RECORD_ENV = "DFLASH_SGLANG_STEP_RECORD"
+RECORD_ENV = STEP_RECORD.name
 
 
 def step_record(widths, tp_rank: int) -> StepRecord | None:
     """This rank's record where the switch asks for one, else None."""
-    path = os.environ.get(RECORD_ENV, "").strip()
+    path = STEP_RECORD.value()
     return StepRecord(f"{path}.tp{tp_rank}.jsonl", widths) if path else None
 
 
