@@ -125,7 +125,7 @@ def forward(
             predictive += go_on + restart
         if bool(usable[t]) and float(p_t[y]) > 0:
             total += predictive.clamp_min(1e-300).log() - float(p_t[y].log())
-        else:  # not counted: the belief moves on as the bug's law says (still predictable)
-            predictive = torch.where(predictive > 0, predictive, torch.ones_like(predictive))
+        # A token the bug's law calls impossible: its ratio is ~0 from here; no 0 / 0 (NaN) belief.
+        predictive = torch.where(predictive > 0, predictive, torch.ones_like(predictive))
         belief = {s: w / predictive for s, w in nxt.items()}
     return total

@@ -98,7 +98,10 @@ def likelihood_ratio_pvalue(
                 add(torch.where(has_draft, q.gather(-1, chosen).squeeze(-1), p_y))
 
     logs = torch.stack(log_ratios + list(more or []))
-    log_mean = float(torch.logsumexp(logs, 0)) - math.log(len(log_ratios))
+    # A NaN alternative (a law that broke down) counts as 0 in the mean, not as the whole mean:
+    # NaN would make the p-value 1, and the divisor counts every alternative, `more`'s too.
+    logs = torch.where(torch.isnan(logs), torch.full_like(logs, -math.inf), logs)
+    log_mean = float(torch.logsumexp(logs, 0)) - math.log(len(logs))
     return min(1.0, math.exp(-log_mean)) if log_mean > -700 else 1.0
 
 
