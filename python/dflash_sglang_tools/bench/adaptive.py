@@ -20,7 +20,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from dflash_sglang.environment import SIMULATE_ACCEPTANCE
+from dflash_sglang.environment import ADAPTIVE_WIDTH, SIMULATE_ACCEPTANCE
 
 from ..testing.tiny_dense import TinyShape, write_tiny_pair
 from .cli import concurrency_list
@@ -36,11 +36,11 @@ SHAPE = TinyShape(hidden_size=1024, target_layers=8, draft_layers=1, heads=16, k
 
 VARIANTS = [
     Variant("no-spec", False, notes="plain decoding (the baseline)"),
-    Variant("fixed block 16", True, {"SGLANG_ENABLE_SPEC_V2": "1", "DFLASH_SGLANG_ADAPTIVE_WIDTH": "0"},
+    Variant("fixed block 16", True, {"SGLANG_ENABLE_SPEC_V2": "1", ADAPTIVE_WIDTH.name: "0"},
             "our overlap worker, block 16, DFLASH_SGLANG_ADAPTIVE_WIDTH=0",
             block=BLOCK),
     Variant(
-        "adaptive", True, {"SGLANG_ENABLE_SPEC_V2": "1", "DFLASH_SGLANG_ADAPTIVE_WIDTH": ""},
+        "adaptive", True, {"SGLANG_ENABLE_SPEC_V2": "1", ADAPTIVE_WIDTH.name: ""},
         "our overlap worker, block 16, the adaptive width (the default on CPU)", block=BLOCK,
     ),
 ]  # fmt: skip

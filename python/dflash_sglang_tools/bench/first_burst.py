@@ -27,6 +27,8 @@ import statistics
 import sys
 from pathlib import Path
 
+from dflash_sglang.environment import ADAPTIVE_WIDTH
+
 from ..testing.server import CPU_ARGS, SGLangServer
 from ..testing.tiny_dense import TinyShape, write_tiny_pair
 from .client import Sampling, run_level
@@ -61,7 +63,7 @@ def bursts(
         "--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", draft,
         "--speculative-num-draft-tokens", str(block),
     ]  # fmt: skip
-    env = {"SGLANG_ENABLE_SPEC_V2": "1", "DFLASH_SGLANG_ADAPTIVE_WIDTH": adaptive or ""}
+    env = {"SGLANG_ENABLE_SPEC_V2": "1", ADAPTIVE_WIDTH.name: adaptive or ""}
     out = []
     with SGLangServer((pair / "target").resolve(), args, env=env, base_args=CPU_ARGS) as server:
         model = describe(server.base_url, "first burst").model

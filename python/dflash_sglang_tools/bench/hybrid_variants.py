@@ -13,13 +13,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from dflash_sglang.environment import ADAPTIVE_WIDTH, REPLAY_SSM, REQUEST_LENGTHS, WORKER
+
 HYBRID_PAIR_DIR = Path(__file__).resolve().parents[2] / "dflash_sglang" / "assets" / "tiny-hybrid-pair"
 ENV = {"SGLANG_MAMBA_CONV_DTYPE": "float32"}
 ARGS = ("--max-mamba-cache-size", "256", "--mamba-scheduler-strategy", "extra_buffer")
 OVERLAP = {"SGLANG_ENABLE_SPEC_V2": "1"}
-RING = {**OVERLAP, "DFLASH_SGLANG_REPLAY_SSM": "1"}
-WHOLE = {"DFLASH_SGLANG_ADAPTIVE_WIDTH": "0"}
-ONE_WIDTH = {"DFLASH_SGLANG_REQUEST_LENGTHS": "0"}
+RING = {**OVERLAP, REPLAY_SSM.name: "1"}
+WHOLE = {ADAPTIVE_WIDTH.name: "0"}
+ONE_WIDTH = {REQUEST_LENGTHS.name: "0"}
 
 
 def variants(variant_class) -> list:
@@ -35,7 +37,7 @@ def variants(variant_class) -> list:
              "the same, DFLASH_SGLANG_REQUEST_LENGTHS=0"),
         make("ring, whole blocks", True, {**RING, **WHOLE}, "the same, DFLASH_SGLANG_ADAPTIVE_WIDTH=0"),
         make("state per position", True, OVERLAP, "our overlap worker as launched (a state per position)"),
-        make("sglang built-in", True, {**OVERLAP, "DFLASH_SGLANG_WORKER": "builtin"},
+        make("sglang built-in", True, {**OVERLAP, WORKER.name: "builtin"},
              "DFLASH_SGLANG_WORKER=builtin (a state per block position)"),
         make("ring b16", True, RING, "our overlap worker, the ring, block 16", 16),
         make("tree k4 n16", True, OVERLAP, "our overlap worker, a tree of 16 nodes (a state per node)", 16,

@@ -20,6 +20,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from dflash_sglang.environment import ADAPTIVE_WIDTH, REQUEST_LENGTHS
+
 from .cli import concurrency_list
 from .client import Sampling
 from .prompts import load_prompts, take
@@ -30,13 +32,13 @@ from .tiny_prompts import describe as describe_tiny
 
 VARIANTS = [
     Variant("no-spec", False, notes="plain decoding (the baseline)"),
-    Variant("whole blocks", True, {**OVERLAP, "DFLASH_SGLANG_ADAPTIVE_WIDTH": "0"},
+    Variant("whole blocks", True, {**OVERLAP, ADAPTIVE_WIDTH.name: "0"},
             "our overlap worker, DFLASH_SGLANG_ADAPTIVE_WIDTH=0 (every step the whole block of 8)"),
     Variant("adaptive, one width a batch", True,
-            {**OVERLAP, "DFLASH_SGLANG_ADAPTIVE_WIDTH": "", "DFLASH_SGLANG_REQUEST_LENGTHS": "0"},
+            {**OVERLAP, ADAPTIVE_WIDTH.name: "", REQUEST_LENGTHS.name: "0"},
             "our overlap worker, the adaptive width, DFLASH_SGLANG_REQUEST_LENGTHS=0"),
     Variant("adaptive, per request (default)", True,
-            {**OVERLAP, "DFLASH_SGLANG_ADAPTIVE_WIDTH": "", "DFLASH_SGLANG_REQUEST_LENGTHS": ""},
+            {**OVERLAP, ADAPTIVE_WIDTH.name: "", REQUEST_LENGTHS.name: ""},
             "our overlap worker as launched: the adaptive width, each request its own length"),
 ]  # fmt: skip
 LOADS = {  # name: (temperatures cycled over the requests, the docs' marker)

@@ -33,6 +33,8 @@ import statistics
 import sys
 from pathlib import Path
 
+from dflash_sglang.environment import ADAPTIVE_WIDTH
+
 from ..testing.server import CPU_ARGS, SGLangServer
 from .cli import concurrency_list
 from .client import Sampling, run_level
@@ -119,7 +121,7 @@ def one_server(args, prompts, sampling: Sampling) -> dict[int, dict[str, list[fl
         "--speculative-num-draft-tokens", str(args.block),
         *(["--speculative-eagle-topk", str(args.topk)] if args.topk > 1 else []),
     ]  # fmt: skip
-    env = {"SGLANG_ENABLE_SPEC_V2": "1", "DFLASH_SGLANG_ADAPTIVE_WIDTH": ""}
+    env = {"SGLANG_ENABLE_SPEC_V2": "1", ADAPTIVE_WIDTH.name: ""}
     env["DFLASH_SGLANG_REQUEST_LENGTHS"] = ""
     out = {}
     with SGLangServer((args.pair / "target").resolve(), spec, env=env, base_args=CPU_ARGS) as server:

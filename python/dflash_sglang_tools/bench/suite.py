@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dflash_sglang.drafter.config import DFlashConfig
+from dflash_sglang.environment import ADAPTIVE_WIDTH, SAMPLED_DRAFTS, WORKER
 
 from ..testing.server import CPU_ARGS, ServerError, SGLangServer
 from ..testing.tiny_dense import TinyShape, write_tiny_pair
@@ -68,11 +69,11 @@ VARIANTS = [
     Variant(
         "dflash_sglang spec-v2 fixed",
         True,
-        {"SGLANG_ENABLE_SPEC_V2": "1", "DFLASH_SGLANG_ADAPTIVE_WIDTH": "0"},
+        {"SGLANG_ENABLE_SPEC_V2": "1", ADAPTIVE_WIDTH.name: "0"},
         "our worker, SGLANG_ENABLE_SPEC_V2=1, DFLASH_SGLANG_ADAPTIVE_WIDTH=0 (every step the whole block)",
     ),
     Variant("dflash_sglang", True, notes="our worker"),
-    Variant("sglang built-in", True, {"DFLASH_SGLANG_WORKER": "builtin"}, "DFLASH_SGLANG_WORKER=builtin"),
+    Variant("sglang built-in", True, {WORKER.name: "builtin"}, "DFLASH_SGLANG_WORKER=builtin"),
     Variant("dflash_sglang b4", True, notes="our worker, --speculative-num-draft-tokens 4", block=4),
     Variant("dflash_sglang b16", True, notes="our worker, --speculative-num-draft-tokens 16", block=16),
 ]
@@ -87,11 +88,11 @@ TP2_VARIANTS = [
     ),
     Variant(
         "dflash_sglang spec-v2 tp2 fixed", True,
-        {**ONE_CORE_PER_RANK, "SGLANG_ENABLE_SPEC_V2": "1", "DFLASH_SGLANG_ADAPTIVE_WIDTH": "0"},
+        {**ONE_CORE_PER_RANK, "SGLANG_ENABLE_SPEC_V2": "1", ADAPTIVE_WIDTH.name: "0"},
         "our worker, SGLANG_ENABLE_SPEC_V2=1, DFLASH_SGLANG_ADAPTIVE_WIDTH=0, --tp-size 2", args=TP2,
     ),
     Variant(
-        "sglang built-in tp2", True, {**ONE_CORE_PER_RANK, "DFLASH_SGLANG_WORKER": "builtin"},
+        "sglang built-in tp2", True, {**ONE_CORE_PER_RANK, WORKER.name: "builtin"},
         "DFLASH_SGLANG_WORKER=builtin, --tp-size 2", args=TP2,
     ),
 ]  # fmt: skip
@@ -102,7 +103,7 @@ OVERLAP = {"SGLANG_ENABLE_SPEC_V2": "1"}
 
 # The adaptive width is the default on CPU (width/verify_width.py): "fixed" servers turn it off,
 # "adaptive" ones leave the switch unset, as a user launching the seed cards' commands would.
-FIXED, DEFAULT = {"DFLASH_SGLANG_ADAPTIVE_WIDTH": "0"}, {"DFLASH_SGLANG_ADAPTIVE_WIDTH": ""}
+FIXED, DEFAULT = {ADAPTIVE_WIDTH.name: "0"}, {ADAPTIVE_WIDTH.name: ""}
 
 
 def tree_variant(topk: int, width: int, adaptive: bool = False) -> Variant:
@@ -145,7 +146,7 @@ HYBRID_TREE_VARIANTS = [hybrid(v) for v in TREE_VARIANTS if "n64" not in v.label
 
 # Drafts at temperature > 0 (docs/sampled-drafts.md): point drafts, sampled drafts (the default)
 # and sampled drafts verified as a block, against no speculation and the built-in; overlap worker.
-POINT = {"DFLASH_SGLANG_SAMPLED_DRAFTS": "0"}
+POINT = {SAMPLED_DRAFTS.name: "0"}
 SAMPLED_VARIANTS = [
     Variant("no-spec", False, notes="plain decoding (the baseline)"),
     Variant("point drafts", True, {**OVERLAP, **POINT},
@@ -155,7 +156,7 @@ SAMPLED_VARIANTS = [
     Variant("sampled drafts, block verification", True, OVERLAP,
             "our worker, SGLANG_ENABLE_SPEC_V2=1, --speculative-use-block-verification",
             args=("--speculative-use-block-verification",)),
-    Variant("sglang built-in", True, {**OVERLAP, "DFLASH_SGLANG_WORKER": "builtin"},
+    Variant("sglang built-in", True, {**OVERLAP, WORKER.name: "builtin"},
             "DFLASH_SGLANG_WORKER=builtin, SGLANG_ENABLE_SPEC_V2=1; on CPU it logs that non-greedy "
             "verification is unavailable and verifies greedily: not the target's law, not comparable"),
 ]  # fmt: skip

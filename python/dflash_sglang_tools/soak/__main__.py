@@ -22,6 +22,7 @@ from pathlib import Path
 
 from transformers import AutoTokenizer
 
+from dflash_sglang.environment import ADAPTIVE_WIDTH, CHECK_HOST_SYNC
 from dflash_sglang_tools import EMBEDDED_PAIR
 
 from ..testing.server import SGLangServer
@@ -33,15 +34,15 @@ from .workload import make_workload
 STRICT = {"SGLANG_TEST_RETRACT": "1", "SGLANG_TEST_RETRACT_INTERVAL": "6",
           "SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_IDLE": "1"}  # fmt: skip
 CONFIGS = {
-    "overlap": ({"SGLANG_ENABLE_SPEC_V2": "1", "DFLASH_SGLANG_CHECK_HOST_SYNC": "1"}, []),
+    "overlap": ({"SGLANG_ENABLE_SPEC_V2": "1", CHECK_HOST_SYNC.name: "1"}, []),
     "plain": ({"SGLANG_ENABLE_SPEC_V2": ""}, []),
     "draft_window": ({"SGLANG_ENABLE_SPEC_V2": "1"}, ["--speculative-dflash-draft-window-size", "12"]),
     "hybrid": ({"SGLANG_ENABLE_SPEC_V2": "1"}, ["--mamba-scheduler-strategy", "extra_buffer",
                                                "--mamba-track-interval", "64"]),
     # Trees with adaptive budgets (up to N nodes a request, fewer under load: docs/adaptive.md).
-    "tree": ({"SGLANG_ENABLE_SPEC_V2": "1", "DFLASH_SGLANG_ADAPTIVE_WIDTH": "1"},
+    "tree": ({"SGLANG_ENABLE_SPEC_V2": "1", ADAPTIVE_WIDTH.name: "1"},
              ["--speculative-eagle-topk", "8", "--speculative-num-draft-tokens", "32"]),
-    "hybrid_tree": ({"SGLANG_ENABLE_SPEC_V2": "1", "DFLASH_SGLANG_ADAPTIVE_WIDTH": "1"},
+    "hybrid_tree": ({"SGLANG_ENABLE_SPEC_V2": "1", ADAPTIVE_WIDTH.name: "1"},
                     ["--mamba-scheduler-strategy", "extra_buffer", "--mamba-track-interval", "64",
                      "--speculative-eagle-topk", "4", "--speculative-num-draft-tokens", "16"]),
 }  # fmt: skip
