@@ -33,7 +33,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from dflash_sglang.environment import ADAPTIVE_WIDTH
+from dflash_sglang.environment import ADAPTIVE_WIDTH, REQUEST_LENGTHS
 
 from ..testing.server import CPU_ARGS, SGLangServer
 from .cli import concurrency_list
@@ -121,8 +121,7 @@ def one_server(args, prompts, sampling: Sampling) -> dict[int, dict[str, list[fl
         "--speculative-num-draft-tokens", str(args.block),
         *(["--speculative-eagle-topk", str(args.topk)] if args.topk > 1 else []),
     ]  # fmt: skip
-    env = {"SGLANG_ENABLE_SPEC_V2": "1", ADAPTIVE_WIDTH.name: ""}
-    env["DFLASH_SGLANG_REQUEST_LENGTHS"] = ""
+    env = {"SGLANG_ENABLE_SPEC_V2": "1", ADAPTIVE_WIDTH.name: "", REQUEST_LENGTHS.name: ""}
     out = {}
     with SGLangServer((args.pair / "target").resolve(), spec, env=env, base_args=CPU_ARGS) as server:
         url = server.base_url
