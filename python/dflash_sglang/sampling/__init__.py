@@ -14,6 +14,6 @@
     verify_logits.py   a request's settings on the verify logits, in the no-spec order
     penalties.py       frequency / presence / repetition / min_new_tokens, exact per position
 
-May import: errors, runtime/ (the host-sync guard) and SGLang; the engine-free modules import
-only torch.
+May import: errors, environment (its switches), runtime/ (the host-sync guard) and SGLang; the
+engine-free modules import only torch, errors and environment.
 """

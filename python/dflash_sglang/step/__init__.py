@@ -15,6 +15,6 @@ small call.
     request_outputs.py  what the scheduler reads besides tokens: logprobs, sampling masks
     step_record.py      testing: a JSON line a step of what reached the target (server tests)
 
-May import: every folder below it (errors, runtime/, sampling/, tree/, drafter/, width/) and
+May import: every folder below it (errors, environment, runtime/, sampling/, tree/, drafter/, width/) and
 SGLang; never the worker, which imports it.
 """

@@ -12,5 +12,5 @@ step verifies, and the load-adaptive policy that chooses it.
     simulated_acceptance.py  DFLASH_SGLANG_SIMULATE_ACCEPTANCE: acceptance drawn at set rates
                              (benchmarking only)
 
-May import: errors, runtime/, sampling/, tree/ (tree budgets as widths) and SGLang.
+May import: errors, environment, runtime/, sampling/, tree/ (tree budgets as widths) and SGLang.
 """
