@@ -83,6 +83,13 @@ POLICY_BUGS = {
         "a fixed narrow width (/set_internal_state) leaves its steps unpaired: they count as the widest's",
         "chain, tree (runtime switch)",
     ),
+    "tp_ranks_choose_alone": Bug(
+        VERIFY_WIDTH,
+        "width, self.lengths = self.tp_group.broadcast_object((width, self.lengths))",
+        "pass  # (planted) each TP rank keeps the width and lengths its own timings chose",
+        "under TP each rank takes its own width and lengths (rank 0's choice never broadcast)",
+        "chain, tree (adaptive, --tp-size > 1)",
+    ),
     "deferred_flush_skipped": Bug(
         "step/drafting.py",
         "        self.context.flush()  # the context the plain steps since the last draft committed\n",
@@ -138,6 +145,10 @@ CAUGHT_ON_A_SERVER = {
     "recorded_at_batch_width": [MIXED_BATCH],
     "deferred_flush_skipped": [
         f"{VERIFY_WIDTH_SERVER}::test_each_step_accepted_what_the_reference_does_at_the_lengths_it_verified[sync]"
+    ],
+    # the first step the ranks choose differently desynchronises the verify's collectives
+    "tp_ranks_choose_alone": [
+        "tests/server/test_tp.py::test_both_ranks_handed_the_target_the_same_steps_the_policy_chose[overlap]"
     ],
 }
 
