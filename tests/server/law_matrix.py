@@ -12,8 +12,10 @@ the setting:
   is uniform exactly when the completions follow the law;
 - the likelihood ratio against the laws of the classic bugs of speculative sampling
   (law_statistics.py; with `drafter`, against each draft's mass too: law_drafts.py reads the
-  drafts back). This is where the power is: docs/reliability.md has the rates at which each
-  planted bug (tests/planted/) is caught.
+  drafts back), and against the law of the next token given the prefix learned from the
+  completions that share it (law_omnibus.py: no bug named; `first` asks for short completions
+  for it). This is where the power is: docs/reliability.md has the rates at which each planted
+  bug (tests/planted/) is caught.
 The PIT and the ratio are Bonferroni-combined, and PASS splits 1e-4 among the settings, so a
 path's check raises a false alarm at most once in 10,000 runs. Each setting also has a negative
 control, the law with its filter (or penalty) dropped, that the same completions must fail: it
