@@ -7,7 +7,8 @@ prefix weight on the final law, the cards' filter / top-p / min-p / temperature 
 2,500, float32 and bf16 logits, 64 requests a case. The accepted lengths are equal request for
 request; the added token equals the inverse CDF of the torch path's final law at the same uniform
 (a rounding tie at a CDF boundary is the only allowed difference; none occurred). The kernels also
-compile for an H200 (sm_90) without one. Not wired into sampled_accept: no GPU has timed them.
+compile for an H200 (sm_90) without one. sampled_accept runs them on CUDA; test_sampled_verify_triton.py
+checks that wiring end to end. No GPU has timed them.
 """
 
 from pathlib import Path

@@ -132,7 +132,7 @@ SAMPLED_DRAFTS = Switch(
 )  # fmt: skip
 TRITON_ROW_LAW = Switch(
     "DFLASH_SGLANG_TRITON_ROW_LAW", "on/off", True,
-    "on CUDA the target's law at T > 0 runs one fused Triton kernel; off keeps the torch passes",
+    "on CUDA the T > 0 verify's law, acceptance and final draw run Triton kernels; off: the torch passes",
 )  # fmt: skip
 REPLAY_SSM = Switch(
     "DFLASH_SGLANG_REPLAY_SSM", "on/off", False,

@@ -5,7 +5,7 @@
                        TP-safe draft argmax (engine-free)
     target_law.py      per-row cut and normaliser of the filtered law (engine-free)
     row_law_triton.py  the same cut and normaliser on CUDA: one fused Triton kernel, no sort
-    accept_triton.py   the token-wise acceptance and the one draw as Triton kernels (not wired yet)
+    accept_triton.py   the acceptance and the final draw as Triton kernels (sampled_accept's, on CUDA)
     sampled_drafts.py  drafts sampled from the request's law over the drafter's logits, and their q
     sampled_verify.py  temperature > 0: exact rejection for point or sampled drafts without
                        [bs, B, V] tensors

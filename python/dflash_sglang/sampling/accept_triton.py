@@ -13,10 +13,11 @@ on CUDA), p(x) = exp(s_x - log_norm) on s = logits / temperature >= cut, and 0 e
                           with q_a from the drafter's logits at a ([bs, V], one LM-head product
                           after `accept`: which rows it needs is what `accept` decides).
 
-Nothing grows with V but the logits read; no host sync. Not wired into sampled_accept yet: the
-torch path draws with torch.multinomial (other numbers of the same law), and no GPU has timed
-these. tests/test_accept_triton.py runs them under Triton's interpreter against the torch path's
-p(d), acceptance and final law (sampled_verify.py) with the same uniforms.
+Nothing grows with V but the logits read; no host sync. sampled_verify.sampled_accept runs them
+on CUDA (TRITON_ACCEPT_DEVICES; the CPU keeps torch.multinomial, other numbers of the same law);
+no GPU has timed them yet. tests/test_accept_triton.py runs them under Triton's interpreter
+against the torch path's p(d), acceptance and final law with the same uniforms, and
+tests/test_sampled_verify_triton.py runs sampled_accept end to end through them.
 """
 
 from __future__ import annotations
@@ -168,18 +169,21 @@ def draw(
     """[bs] the token each request adds at its position `accepted`, by the inverse CDF at `uniform`.
 
     Point drafts: `p_draft` [bs, n] (the rejected draft is dropped when p(d) < 1, as final_probs
-    does). Sampled drafts: `q` = (logits [bs, V] of the drafter at each request's rejected row,
-    RowLaw of those rows); `weight` [bs] block verification's prefix weight (None: 1)."""
+    does), or None: dropped at every rejection (a rejected draft has p(d) < 1 but for rounding, and
+    a law left empty falls back to p). Sampled drafts: `q` = (logits [bs, V] of the drafter at each
+    request's rejected row, RowLaw of those rows); `weight` [bs] block verification's prefix weight
+    (None: 1)."""
     bs, n_draft = drafts.shape
     vocab = logits.shape[-1]
     last = torch.full((bs,), n_draft, dtype=torch.int64, device=logits.device) if counts is None else counts
     out = torch.empty(bs, dtype=torch.int64, device=logits.device)
     drop = None
     if q is None:  # final_probs' guard: drop the draft unless the bonus or p(d) = 1
-        p_at = (
-            torch.cat([p_draft, p_draft.new_ones(bs, 1)], dim=1).gather(1, accepted.unsqueeze(1)).squeeze(1)
-        )
-        drop = ((accepted < last) & (p_at < 1.0)).to(torch.int32)
+        drop = accepted < last
+        if p_draft is not None:
+            p_at = torch.cat([p_draft, p_draft.new_ones(bs, 1)], dim=1).gather(1, accepted.unsqueeze(1))
+            drop &= p_at.squeeze(1) < 1.0
+        drop = drop.to(torch.int32)
         q_logits, q_law = logits, law  # unused
     else:
         q_logits, q_law = q

@@ -124,6 +124,19 @@ class DraftProposal:
             scaled = scaled_rows(self.logits, flat, self.law.temperature)
         return self.law.prob_(scaled, flat)
 
+    def logits_at(self, position: torch.Tensor) -> tuple[torch.Tensor, RowLaw]:
+        """The drafter's raw logits [bs, V] at one draft position per request and those rows' law,
+        as the Triton draw reads them (accept_triton.draw's `q`): `rows` without the division,
+        from the same one LM-head product or `every_row`'s slice."""
+        bs, size = self.q_draft.shape
+        flat = torch.arange(bs, device=position.device) * size + position
+        if self.logits is None:
+            logits = self.logits_of(self.features[torch.arange(bs, device=position.device), position])
+        else:
+            logits = self.logits.index_select(0, flat)
+        law = RowLaw(self.law.temperature[flat], self.law.cut[flat], self.law.log_norm[flat])
+        return logits, law
+
 
 @dataclass
 class CandidateProposal:

@@ -11,6 +11,10 @@ row's kept set and normaliser in bounded chunks, the drafts' p is a gather, and 
 that beside the logits (the target's, and the drafter's for q) at most target_law.EXTRA_BYTES are
 alive (tests/test_bounded_memory.py). Same law as the dense path, exactly.
 
+On CUDA the acceptance and the final draw run accept_triton.py's kernels (`kernel_accept`: the
+same coins, then one uniform a request drawn by the inverse CDF of the same final law, where the
+CPU's torch.multinomial draws other numbers of it); the CPU keeps the torch path below, unchanged.
+
 No host reads of device data: the overlap worker calls this inside a step.
 """
 
@@ -18,9 +22,15 @@ from __future__ import annotations
 
 import torch
 
+from ..environment import TRITON_ROW_LAW
 from .accept import Acceptance, accepted_prefix_length
 from .block_verify import accepted_block_length, final_law, prefix_weights
+from .sampled_drafts import DraftProposal
 from .target_law import RowLaw, chunks, plan_for, row_laws, rows_within, scaled_rows
+
+# Devices whose verify takes accept_triton's kernels: where the row-law kernel runs, under the same
+# switch; CPU never (the interpreter test sets ("cpu",) to drive this branch under TRITON_INTERPRET).
+TRITON_ACCEPT_DEVICES = ("cuda",) if TRITON_ROW_LAW.value() else ()
 
 
 def sampled_accept(
@@ -47,6 +57,8 @@ def sampled_accept(
     if proposal is not None and proposal.q_draft.shape[1] == 0:
         proposal = None  # no draft to judge (a width-1 step that drafted): the token comes from p
     law = row_laws(logits, sampling_info, block_size, plan_for(sampling_info, logits.shape[-1], reqs))
+    if takes_kernels(logits, drafts, proposal):
+        return kernel_accept(law, logits, drafts, proposal, block_verification, draft_counts, generator)
     p_draft = draft_probs(law, logits, drafts)
     bs, n_draft = drafts.shape
     uniform = torch.rand((bs, n_draft), generator=generator, device=logits.device, dtype=torch.float32)
@@ -62,6 +74,51 @@ def sampled_accept(
     else:  # accept with min(1, p / q): u q < p
         accepted = within(accepted_prefix_length(uniform * proposal.q_draft < p_draft), draft_counts)
     extra = final_draws(law, logits, drafts, accepted, p_draft, proposal, weight, draft_counts, generator)
+    tokens = torch.cat([drafts, drafts.new_zeros(bs, 1)], dim=1)
+    tokens.scatter_(1, accepted.unsqueeze(1), extra.unsqueeze(1))
+    return Acceptance(accepted + 1, tokens)
+
+
+def takes_kernels(logits: torch.Tensor, drafts: torch.Tensor, proposal) -> bool:
+    """Host shapes only: the kernels' device, drafts to judge, rows the kernels can index, and a q
+    they can read (DFlash2's candidate walk has no logits: its verify stays torch)."""
+    return (
+        logits.device.type in TRITON_ACCEPT_DEVICES
+        and drafts.numel() > 0
+        and logits.stride(-1) == 1
+        and (proposal is None or isinstance(proposal, DraftProposal))
+    )
+
+
+def kernel_accept(
+    law: RowLaw, logits: torch.Tensor, drafts: torch.Tensor, proposal, block_verification: bool,
+    draft_counts: torch.Tensor | None, generator=None,
+) -> Acceptance:  # fmt: skip
+    """sampled_accept on accept_triton's kernels. The coins are the torch path's ([bs, B-1] from
+    the same generator first), then one uniform a request for the final draw. Token by token the
+    `accept` kernel decides; block verification keeps the torch prefix weights and masses. The
+    `draw` kernel reads p's row and, for sampled drafts, the drafter's raw logits at the rejected
+    row ([bs, V]: one LM-head product, or `every_row`'s slice): no [chunk, V] float temporaries."""
+    from . import accept_triton  # Triton loads only where its kernels run
+
+    bs, n_draft = drafts.shape
+    uniform = torch.rand((bs, n_draft), generator=generator, device=logits.device, dtype=torch.float32)
+    final_u = torch.rand((bs,), generator=generator, device=logits.device, dtype=torch.float32)
+    weight = None
+    if proposal is None:
+        accepted = accept_triton.accept(logits, law, drafts, uniform, None, draft_counts)
+    elif block_verification:
+        proposal = proposal.every_row()
+        weights = prefix_weights(draft_probs(law, logits, drafts), proposal.q_draft)
+        masses = residual_masses(law, logits, proposal, weights)
+        accepted = accepted_block_length(weights, masses, uniform, draft_counts)
+        weight = weights.gather(1, accepted.unsqueeze(1)).view(-1)
+    else:
+        accepted = accept_triton.accept(logits, law, drafts, uniform, proposal.q_draft, draft_counts)
+    q = None if proposal is None else proposal.logits_at(accepted.clamp_max(n_draft - 1))
+    extra = accept_triton.draw(
+        logits, law, drafts, accepted, final_u, q=q, weight=weight, counts=draft_counts
+    )
     tokens = torch.cat([drafts, drafts.new_zeros(bs, 1)], dim=1)
     tokens.scatter_(1, accepted.unsqueeze(1), extra.unsqueeze(1))
     return Acceptance(accepted + 1, tokens)

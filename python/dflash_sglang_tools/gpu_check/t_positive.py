@@ -4,7 +4,9 @@ to the memory floor (one read of the [bs x B, V] verify logits) and to greedy, a
 Inputs as the H200 sampling probe (the shared notes' gpu-sampling-probe.py) builds them: float32 verify logits
 (3 * randn), argmax drafts that agree for the first 5 positions, the drafter's features and a
 random LM head in the check's dtype. Every path is the package's own function, eager; the tree's
-draw is `target_law.draw_every_row`, as the tree rule calls it.
+draw is `target_law.draw_every_row`, as the tree rule calls it. On CUDA `point`, `sampled` and
+`block` take the Triton kernels (the row law, the acceptance and the draw), and their `, torch`
+twins the torch path with both kernel branches closed (on CPU the default is that path already).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any
 
 import torch
 
-from dflash_sglang.sampling import target_law
+from dflash_sglang.sampling import sampled_verify, target_law
 from dflash_sglang.sampling.accept import greedy_accept
 from dflash_sglang.sampling.sampled_drafts import draw_drafts
 from dflash_sglang.sampling.sampled_verify import sampled_accept
@@ -34,10 +36,13 @@ PATHS: tuple[tuple[str, str], ...] = (
     ("law_torch", "law, torch"),
     ("law_triton", "law, Triton"),
     ("point", "point drafts"),
+    ("point_torch", "point, torch"),
     ("draft_lm_head", "draft LM head"),
     ("draw", "draw"),
     ("sampled", "sampled"),
+    ("sampled_torch", "sampled, torch"),
     ("block", "block"),
+    ("block_torch", "block, torch"),
     ("tree_draw", "tree draw"),
     ("tree_build", "tree build"),
 )
@@ -64,14 +69,15 @@ def sampling_info(kind: str, bs: int, vocab: int, device: torch.device) -> Simpl
 
 
 @contextlib.contextmanager
-def row_law_devices(devices: tuple[str, ...]):
-    """target_law's switch for this block: ("cuda",) takes the Triton kernel, () the torch path."""
-    previous = target_law.TRITON_ROW_LAW_DEVICES
-    target_law.TRITON_ROW_LAW_DEVICES = devices
+def kernel_devices(devices: tuple[str, ...]):
+    """The kernels' branches for this block (target_law's row law, sampled_verify's acceptance and
+    draw): ("cuda",) takes the Triton kernels, () the torch path."""
+    previous = target_law.TRITON_ROW_LAW_DEVICES, sampled_verify.TRITON_ACCEPT_DEVICES
+    target_law.TRITON_ROW_LAW_DEVICES = sampled_verify.TRITON_ACCEPT_DEVICES = devices
     try:
         yield
     finally:
-        target_law.TRITON_ROW_LAW_DEVICES = previous
+        target_law.TRITON_ROW_LAW_DEVICES, sampled_verify.TRITON_ACCEPT_DEVICES = previous
 
 
 def extra_memory_mib(fn: Callable[[], Any], device: torch.device) -> float | None:
@@ -113,23 +119,40 @@ def paths(x: Inputs, info, device: torch.device) -> dict[str, Callable[[], Any] 
 
     def law(devices):
         def call():
-            with row_law_devices(devices):
+            with kernel_devices(devices):
                 return row_laws(x.logits, info, B, plan)
 
         return call
+
+    def on_torch(fn):  # the torch path beside CUDA's kernels; on CPU the default is it already
+        def call():
+            with kernel_devices(()):
+                return fn()
+
+        return call if device.type == "cuda" else None
+
+    def point():
+        return sampled_accept(x.drafts, x.logits, info, B)
+
+    def sampled():
+        return sampled_accept(drafts, x.logits, info, B, proposal=proposal)
+
+    def block():
+        return sampled_accept(drafts, x.logits, info, B, proposal=proposal, block_verification=True)
 
     return {
         "floor": lambda: x.logits.amax(-1),
         "greedy": lambda: greedy_accept(x.drafts, x.logits.view(x.bs, B, V).argmax(-1)),
         "law_torch": law(()),
         "law_triton": law(("cuda",)) if device.type == "cuda" else None,
-        "point": lambda: sampled_accept(x.drafts, x.logits, info, B),
+        "point": point,
+        "point_torch": on_torch(point),
         "draft_lm_head": lambda: x.head(x.features.flatten(0, 1)),
         "draw": lambda: draw_drafts(x.features, x.head, info, V),
-        "sampled": lambda: sampled_accept(drafts, x.logits, info, B, proposal=proposal),
-        "block": lambda: sampled_accept(
-            drafts, x.logits, info, B, proposal=proposal, block_verification=True
-        ),
+        "sampled": sampled,
+        "sampled_torch": on_torch(sampled),
+        "block": block,
+        "block_torch": on_torch(block),
         "tree_draw": lambda: draw_every_row(x.logits, info, B, None),
         "tree_build": lambda: build_batch_trees(x.roots, x.draft_logprobs, B - 1, TREE_CHILDREN),
     }
@@ -140,10 +163,13 @@ def outputs_valid(x: Inputs, info) -> bool:
     laws' normalisers agree between the kernel and torch, tokens inside the vocabulary."""
     B, V = x.block, x.vocab
     drafts, proposal = draw_drafts(x.features, x.head, info, V)
-    ok = valid_acceptance(sampled_accept(x.drafts, x.logits, info, B), x.drafts)
-    ok &= valid_acceptance(sampled_accept(drafts, x.logits, info, B, proposal=proposal), drafts)
-    block = sampled_accept(drafts, x.logits, info, B, proposal=proposal, block_verification=True)
-    ok &= valid_acceptance(block, drafts)
+    ok = True
+    for devices in [("cuda",), ()] if x.logits.is_cuda else [()]:  # the kernels and the torch path
+        with kernel_devices(devices):
+            ok &= valid_acceptance(sampled_accept(x.drafts, x.logits, info, B), x.drafts)
+            ok &= valid_acceptance(sampled_accept(drafts, x.logits, info, B, proposal=proposal), drafts)
+            block = sampled_accept(drafts, x.logits, info, B, proposal=proposal, block_verification=True)
+            ok &= valid_acceptance(block, drafts)
     tree = draw_every_row(x.logits, info, B, None)
     ok &= tree.shape == (x.bs, B) and bool(((tree >= 0) & (tree < V)).all())
     built = build_batch_trees(x.roots, x.draft_logprobs, B - 1, TREE_CHILDREN)
@@ -153,9 +179,9 @@ def outputs_valid(x: Inputs, info) -> bool:
 def law_difference(x: Inputs, info) -> float:
     """max |log_norm| difference between the Triton kernel and the torch path (CUDA only)."""
     plan = plan_for(info, x.vocab)
-    with row_law_devices(("cuda",)):
+    with kernel_devices(("cuda",)):
         kernel = row_laws(x.logits, info, x.block, plan)
-    with row_law_devices(()):
+    with kernel_devices(()):
         torch_law = row_laws(x.logits, info, x.block, plan)
     return (kernel.log_norm - torch_law.log_norm).abs().max().item()
 

@@ -1,0 +1,143 @@
+"""`sampled_accept` end to end through its Triton branch (the row law, `accept` and `draw` kernels)
+against its torch path, run by Triton's interpreter on CPU (`TRITON_INTERPRET=1`, set by
+test_sampled_verify_triton.py before Triton loads). Both are the one function on the same CPU
+tensors: once as CPU runs it, once with the kernels' branches opened to CPU (sampled_verify's
+TRITON_ACCEPT_DEVICES, and target_law's TRITON_ROW_LAW_DEVICES in the "every kernel" cases, as
+CUDA runs: the row-law search under the cards' filter takes ~15 s in the interpreter, so the other
+cards cases take the torch row law, which test_row_law_triton shows equal), so the wiring is compared.
+
+Per case, the same seed for both: the coins are the generator's first [bs, B-1] uniforms on both
+paths, and the kernel's final uniforms the next [bs]. The torch path's final law is captured where
+it is drawn (its torch.multinomial). Compared: the accepted lengths request for request, the
+accepted prefix, and the added token against the inverse CDF of the torch path's final law at the
+kernel path's uniform. Prints a JSON report as the last stdout line.
+"""
+
+import json
+from types import SimpleNamespace
+
+import torch
+
+from dflash_sglang.sampling import sampled_verify, target_law
+from dflash_sglang.sampling.sampled_drafts import draw_drafts
+from dflash_sglang.sampling.sampled_verify import sampled_accept
+
+BS, BLOCK, H, VOCAB = 48, 6, 32, 300
+MODES = ("point", "sampled", "block")
+FILTERS = {
+    "cards": {"temperature": 0.6, "top_k": 20, "top_p": 0.95},
+    "min_p": {"temperature": 0.8, "min_p": 0.05},
+}
+
+
+def sampling_info(params: dict, rows: int) -> SimpleNamespace:
+    """The SamplingBatchInfo fields the verify reads (as accept_triton_probe.py's)."""
+    top_k = params.get("top_k", 1 << 30)
+    return SimpleNamespace(
+        temperatures=torch.full((rows, 1), float(params["temperature"])),
+        top_ks=torch.full((rows,), top_k, dtype=torch.int32),
+        top_ps=torch.full((rows,), float(params.get("top_p", 1.0))),
+        min_ps=torch.full((rows,), float(params.get("min_p", 0.0))),
+        need_top_k_sampling=top_k < 1 << 30,
+        need_top_p_sampling="top_p" in params,
+        need_min_p_sampling="min_p" in params,
+        max_top_k=top_k if top_k < 1 << 30 else None,
+        is_all_greedy=False,
+    )
+
+
+def inverse_cdf(law: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    cdf = law.cumsum(-1)
+    return torch.searchsorted(cdf, u.unsqueeze(1), right=True).squeeze(1).clamp_max(law.shape[-1] - 1)
+
+
+def inputs(params: dict, seed: int, dtype):
+    g = torch.Generator().manual_seed(seed)
+    weight = torch.randn(VOCAB, H, generator=g) / H**0.5
+    features = torch.randn(BS, BLOCK - 1, H, generator=g) * 3
+    logits = torch.randn(BS, BLOCK, VOCAB, generator=g)
+    logits[:, :-1] += features @ weight.T  # the target near the drafter: both outcomes occur
+    info = sampling_info(params, BS)
+    drafts, proposal = draw_drafts(features, lambda x: (x @ weight.T).float(), info, VOCAB, generator=g)
+    return logits.view(BS * BLOCK, VOCAB).to(dtype), info, drafts, proposal
+
+
+def open_kernels(devices: tuple[str, ...], row_law: bool = True) -> None:
+    target_law.TRITON_ROW_LAW_DEVICES = devices if row_law else ()
+    sampled_verify.TRITON_ACCEPT_DEVICES = devices
+
+
+def torch_path(call, seed: int):
+    """The torch path's Acceptance and the [bs, V] law its final draw sampled from."""
+    laws = []
+    multinomial = torch.multinomial
+
+    def capture(probs, *args, **kwargs):
+        laws.append(probs.clone())
+        return multinomial(probs, *args, **kwargs)
+
+    open_kernels(())
+    torch.multinomial = capture
+    try:
+        result = call(torch.Generator().manual_seed(seed))
+    finally:
+        torch.multinomial = multinomial
+    return result, torch.cat(laws)
+
+
+def compare(params: dict, mode: str, ragged: bool, seed: int, row_law: bool, dtype=torch.float32) -> dict:
+    logits, info, drafts, proposal = inputs(params, seed, dtype)
+    n = BLOCK - 1
+    counts = torch.arange(BS) % BLOCK if ragged else None
+
+    def call(generator):
+        return sampled_accept(
+            drafts, logits, info, BLOCK, generator=generator, draft_counts=counts,
+            proposal=None if mode == "point" else proposal, block_verification=mode == "block",
+        )  # fmt: skip
+
+    reference, law = torch_path(call, seed)
+    open_kernels(("cpu",), row_law)
+    kernel = call(torch.Generator().manual_seed(seed))
+    open_kernels(())
+    replay = torch.Generator().manual_seed(seed)
+    torch.rand(BS, n, generator=replay)  # the coins
+    final_u = torch.rand(BS, generator=replay)
+    accepted = reference.lengths - 1
+    token = kernel.tokens.gather(1, (kernel.lengths - 1).unsqueeze(1)).squeeze(1)
+    expected = inverse_cdf(law, final_u)
+    differs = token != expected
+    gap = (law.cumsum(-1) - final_u.unsqueeze(1)).abs().min(-1).values  # distance to a CDF boundary
+    prefix = torch.arange(n).unsqueeze(0) < accepted.unsqueeze(1)
+    return {
+        "accepted_differ": int((kernel.lengths != reference.lengths).sum()),
+        "prefix_differ": int(((kernel.tokens[:, :n] != drafts) & prefix).sum()),
+        "tokens_differ": int(differs.sum()),
+        "tokens_differ_off_boundary": int((differs & (gap > 1e-5)).sum()),
+        "token_prob_zero": int((law.gather(1, token.unsqueeze(1)).squeeze(1) <= 0).sum()),
+        "rejected": int((accepted < (n if counts is None else counts)).sum()),
+        "whole_blocks": int((accepted == (n if counts is None else counts)).sum()),
+        "torch_draws_differ": int(
+            (reference.tokens.gather(1, accepted.unsqueeze(1)).squeeze(1) != expected).sum()
+        ),
+    }
+
+
+CASES = [  # (filter, mode, ragged, every kernel)
+    *[("cards", mode, ragged, False) for mode in MODES for ragged in (False, True)],
+    ("cards", "sampled", True, True),
+    *[("min_p", mode, mode != "sampled", True) for mode in MODES],
+]
+
+
+def main():
+    report = {}
+    for seed, (name, mode, ragged, every) in enumerate(CASES, start=101):
+        key = f"{name} {mode}{' ragged' if ragged else ''}{', every kernel' if every else ''}"
+        report[key] = compare(FILTERS[name], mode, ragged, seed, every)
+    report["cards sampled bf16"] = compare(FILTERS["cards"], "sampled", False, 99, False, torch.bfloat16)
+    print(json.dumps(report))
+
+
+if __name__ == "__main__":
+    main()
