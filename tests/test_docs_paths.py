@@ -2,10 +2,10 @@
 
 A path is a token that starts at one of the repository's top folders (`python/...`, `tests/...`,
 `docs/...`, `launch/...`), a markdown link to a local file, or a module-relative file name such
-as `width/verify_width.py`, looked up under the doc's own folder, docs/, the plugin, the tools
+as `width/controller.py`, looked up under the doc's own folder, docs/, the plugin, the tools
 (and their folders), the tests and the installed SGLang. URLs, globs and placeholders
 (`<dataset>`, `{md,json}`, `$OUT`, `FILE.jsonl`) are not paths; files that commands write
-(WRITTEN, each with the command) need not exist. A bare file name (`verify_width.py`) must name a
+(WRITTEN, each with the command) need not exist. A bare file name (`controller.py`) must name a
 file somewhere in the repository or the installed SGLang.
 """
 
@@ -150,18 +150,18 @@ def test_every_doc_the_code_names_exists():
 def test_the_matcher_finds_paths_and_skips_what_is_not_one(tmp_path):
     doc = tmp_path / "page.md"
     doc.write_text(
-        "See `width/verify_width.py`, python/dflash_sglang/worker.py and [tree](tree.md#x).\n"
+        "See `width/controller.py`, python/dflash_sglang/worker.py and [tree](tree.md#x).\n"
         "Not paths: https://github.com/sgl-project/sglang/blob/main/x.py, docs/bench/<name>.md,\n"
         "docs/bench/tiny-cpu_*.png, tok/s, sglang/srt/server_args.py, and/or.\n"
     )
-    assert named_paths(doc) == {"width/verify_width.py", "python/dflash_sglang/worker.py"}
+    assert named_paths(doc) == {"width/controller.py", "python/dflash_sglang/worker.py"}
     assert links(doc) == [("tree.md", "x")]
     assert "tensor-parallelism-on-cpu---tp-size-2" in anchors(ROOT / "docs" / "benchmarks.md")
-    assert BARE.findall("`verify_width.py`, cpu/gdn.py, FILE.jsonl and x.py/") == [
-        "verify_width.py",
+    assert BARE.findall("`controller.py`, cpu/gdn.py, FILE.jsonl and x.py/") == [
+        "controller.py",
         "FILE.jsonl",
     ]
-    assert resolve(ROOT / "docs" / "x.md", "width/verify_width.py") is not None
+    assert resolve(ROOT / "docs" / "x.md", "width/controller.py") is not None
     assert resolve(ROOT / "docs" / "x.md", "cpu/pinning.py") is None
     assert "step/drafting" in named_paths(ROOT / "docs" / "architecture.md")
     assert resolve(ROOT / "docs" / "x.md", "step/drafting") and not resolve(

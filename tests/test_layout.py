@@ -26,8 +26,8 @@ ENGINE_FREE = [
     "drafter.reference", "sampling.accept", "drafter.context", "drafter.conv", "drafter.domino",
     "drafter.generations", "drafter.laguna",
     "drafter.selector", "drafter.variants", "sampling.block_verify", "sampling.distribution",
-    "sampling.target_law", "tree.build", "width.request_lengths",
-    "width.policy", "runtime", "drafter", "sampling", "tree", "width",  # the folders' __init__ run first
+    "sampling.target_law", "tree.build", "width.request_lengths", "width.ranking", "width.step_cost",
+    "runtime", "drafter", "sampling", "tree", "width",  # the folders' __init__ run first
 ]  # fmt: skip
 
 

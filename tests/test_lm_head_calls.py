@@ -68,7 +68,8 @@ def test_one_verify_step_reads_the_lm_head_at_most_once(bs, params, drafts_are, 
 
 
 def test_a_narrowed_proposal_and_per_request_lengths_read_it_once_too():
-    """The adaptive width's narrowed q (verify_width) and ragged verify lengths (step/ragged.py)."""
+    """The adaptive width's narrowed q (runtime/block.narrow) and ragged verify lengths
+    (step/ragged.py)."""
     bs, width = 8, 9
     head, logits, info, drafts, proposal = step_inputs(bs, FILTERS[0])
     logits = logits.view(bs, BLOCK, V)[:, :width].flatten(0, 1)

@@ -15,16 +15,16 @@ from dflash_sglang.runtime.block import Block
 from dflash_sglang.sampling.sampled_drafts import DraftProposal
 from dflash_sglang.sampling.target_law import RowLaw
 from dflash_sglang.step import ragged, verifying
-from dflash_sglang.width import verify_width
+from dflash_sglang.width import controller
+from dflash_sglang.width.controller import ADAPTIVE_ENV, WIDTHS_ENV, VerifyWidth
 from dflash_sglang.width.request_lengths import FORCED_LENGTHS_ENV, LENGTHS_ENV, ragged_seconds
-from dflash_sglang.width.verify_width import ADAPTIVE_ENV, WIDTHS_ENV, VerifyWidth
 
 B = 8  # the block
 
 
 @pytest.fixture(autouse=True)
 def no_switches(monkeypatch):
-    monkeypatch.setattr(verify_width.dp_attention, "enabled", lambda: False)
+    monkeypatch.setattr(controller.dp_attention, "enabled", lambda: False)
     for name in (ADAPTIVE_ENV, LENGTHS_ENV, WIDTHS_ENV, FORCED_LENGTHS_ENV):
         monkeypatch.delenv(name, raising=False)
 
@@ -48,7 +48,7 @@ def timed(partial_drafter: bool = False, accepted: int = 500) -> VerifyWidth:
     times.add(times.seconds, 32, 0.014)
     widths.acceptance.pooled.accepted = [accepted] * (B - 1)
     widths.acceptance.pooled.reached = [1000] * (B - 1)
-    widths.ran_widest = verify_width.WIDEST_FIRST
+    widths.ran_widest = controller.WIDEST_FIRST
     return widths
 
 
@@ -140,10 +140,10 @@ def test_with_per_request_lengths_plain_decoding_still_explores():
     widths.probed.add(4)
     step = batch(4)
     chosen = []
-    for _ in range(3 * verify_width.EXPLORE_EVERY):
+    for _ in range(3 * controller.EXPLORE_EVERY):
         chosen.append((widths.choose(step), widths.per_request_lengths))
     explored = [i for i, (width, lengths) in enumerate(chosen) if width != 1]
-    assert explored and explored[0] == verify_width.EXPLORE_EVERY - 1
+    assert explored and explored[0] == controller.EXPLORE_EVERY - 1
     assert all(chosen[i] == (2, None) for i in explored)  # uniform: every request tests a draft
 
 
@@ -155,7 +155,7 @@ def test_a_server_without_metrics_warns_of_plain_decoding(caplog):
     step = batch(1)
     widths.times.add(widths.times.plain, 1, 0.010)
     with caplog.at_level(logging.WARNING, logger="dflash_sglang.width.signal"):
-        for _ in range(verify_width.REPORT_EVERY):
+        for _ in range(controller.REPORT_EVERY):
             widths.choose(step)
     assert any("plain decoding on" in record.getMessage() for record in caplog.records)
 
@@ -163,7 +163,7 @@ def test_a_server_without_metrics_warns_of_plain_decoding(caplog):
 def test_a_partial_step_is_timed_apart_from_the_uniform_curves():
     """With the partial drafter a ragged step drafts only its requests of length > 1: cheaper than
     the uniform step of its tokens, so its time feeds the fixed share of partial steps
-    (width/partial_steps.py) and is no point of the uniform curves."""
+    (width/step_cost.PartialSteps) and is no point of the uniform curves."""
     widths = timed(partial_drafter=True)
     step = mixed(widths)
     widths.choose(step)
@@ -183,7 +183,7 @@ def test_a_ragged_step_is_priced_by_its_tokens_and_recorded_at_the_nearest_draft
     is over whole widths, and a step that verified drafts ran the drafter, so never width 1 (the
     plain steps' own curve, no drafter). Recorded at 2 it prices width 2 a little low: optimistic,
     as every curve here is on purpose (a width priced too low runs and is timed at its own width;
-    one priced too high would never run to be corrected, width/policy.interpolate)."""
+    one priced too high would never run to be corrected, width/step_cost.interpolate)."""
     widths = timed()
     cost = widths.times.curve()
     plain, two = cost.step(4, 1), cost.step(4, 2)

@@ -14,9 +14,9 @@ from dflash_sglang.sampling import sampled_drafts
 from dflash_sglang.sampling.accept import greedy_accept
 from dflash_sglang.sampling.sampled_verify import sampled_accept
 from dflash_sglang.step import ragged
-from dflash_sglang.width import verify_width
-from dflash_sglang.width.partial_steps import MIN_STEPS, PRIOR_FIXED_SHARE, PartialSteps
-from dflash_sglang.width.policy import AcceptanceProfile, StepCost
+from dflash_sglang.width import controller
+from dflash_sglang.width.acceptance_profiles import AcceptanceProfile
+from dflash_sglang.width.controller import VerifyWidth
 from dflash_sglang.width.request_lengths import (
     FORCED_LENGTHS_ENV,
     LENGTHS_ENV,
@@ -27,7 +27,7 @@ from dflash_sglang.width.request_lengths import (
     ragged_seconds,
     request_lengths,
 )
-from dflash_sglang.width.verify_width import VerifyWidth
+from dflash_sglang.width.step_cost import MIN_STEPS, PRIOR_FIXED_SHARE, PartialSteps, StepCost
 from tests.planted.simulate import sampling_info
 from tests.test_sampled_drafts import case, identity
 from tests.test_sampled_verify import chi_square_pvalue
@@ -69,13 +69,13 @@ def test_the_forced_cycle_mixes_lengths_in_one_batch():
 
 @pytest.fixture(autouse=True)
 def no_dp_attention(monkeypatch):
-    monkeypatch.setattr(verify_width.dp_attention, "enabled", lambda: False)
-    for name in (LENGTHS_ENV, FORCED_LENGTHS_ENV, verify_width.WIDTHS_ENV, verify_width.ADAPTIVE_ENV):
+    monkeypatch.setattr(controller.dp_attention, "enabled", lambda: False)
+    for name in (LENGTHS_ENV, FORCED_LENGTHS_ENV, controller.WIDTHS_ENV, controller.ADAPTIVE_ENV):
         monkeypatch.delenv(name, raising=False)
 
 
 def test_the_switches(monkeypatch):
-    monkeypatch.setenv(verify_width.ADAPTIVE_ENV, "1")
+    monkeypatch.setenv(controller.ADAPTIVE_ENV, "1")
     assert VerifyWidth(8, ragged_off_because=None).per_request
     assert "per request" in VerifyWidth(8, ragged_off_because=None).describe
     hybrid = VerifyWidth(8, ragged_off_because="a hybrid target's recurrent verify takes one width a batch")

@@ -1,4 +1,4 @@
-"""width/runtime_policy.py without a server: which values a server takes, what each switch does to
+"""width/runtime_switch.py without a server: which values a server takes, what each switch does to
 the next steps, and SGLang's `/set_internal_state` handlers it adds (the switches on a running
 server: tests/server/test_verify_width.py)."""
 
@@ -7,15 +7,15 @@ from types import SimpleNamespace
 import pytest
 from sglang.srt.managers.scheduler_components.internal_state import UpdateRejected
 
-from dflash_sglang.width import verify_width
+from dflash_sglang.width import controller
+from dflash_sglang.width.controller import ADAPTIVE_ENV, WIDTHS_ENV, VerifyWidth
 from dflash_sglang.width.request_lengths import FORCED_LENGTHS_ENV, LENGTHS_ENV
-from dflash_sglang.width.runtime_policy import LENGTHS, WIDTH, add_handlers, refusal
-from dflash_sglang.width.verify_width import ADAPTIVE_ENV, WIDTHS_ENV, VerifyWidth
+from dflash_sglang.width.runtime_switch import LENGTHS, WIDTH, add_handlers, refusal
 
 
 @pytest.fixture(autouse=True)
 def no_switches(monkeypatch):
-    monkeypatch.setattr(verify_width.dp_attention, "enabled", lambda: False)
+    monkeypatch.setattr(controller.dp_attention, "enabled", lambda: False)
     for name in (ADAPTIVE_ENV, LENGTHS_ENV, WIDTHS_ENV, FORCED_LENGTHS_ENV):
         monkeypatch.delenv(name, raising=False)
 
@@ -40,9 +40,9 @@ def test_a_server_takes_any_width_and_the_lengths_it_started_with(monkeypatch):
     monkeypatch.setenv(ADAPTIVE_ENV, "0")
     off = adaptive_widths()
     assert refusal(WIDTH, 4, off) is None and "cannot verify per-request lengths" in refusal(LENGTHS, 1, off)
-    monkeypatch.setattr(verify_width.dp_attention, "enabled", lambda: True)
+    monkeypatch.setattr(controller.dp_attention, "enabled", lambda: True)
     assert refusal(WIDTH, 8, off) is None and "attention DP" in refusal(WIDTH, 4, off)
-    monkeypatch.setattr(verify_width.dp_attention, "enabled", lambda: False)
+    monkeypatch.setattr(controller.dp_attention, "enabled", lambda: False)
     monkeypatch.setenv(WIDTHS_ENV, "8,1")
     assert "forces its widths" in refusal(WIDTH, 8, VerifyWidth(8))
 

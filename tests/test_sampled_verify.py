@@ -178,7 +178,7 @@ def test_no_host_reads_of_device_data(how):
 
 
 def test_a_width_one_step_samples_the_target_law_with_no_drafts():
-    """Verify width 1 (plain decoding through the verify path, width/verify_width.py): no drafts, one
+    """Verify width 1 (plain decoding through the verify path, width/controller.py): no drafts, one
     token drawn from the target's law at the verified position."""
     n, param = 20_000, (0.9, TOP_K_ALL, 0.8, 0.1)
     logits, _ = case([param], seed=3, spread=1.0)

@@ -1,11 +1,11 @@
-"""The benchmarking switches that force acceptance (width/simulated_acceptance.py)."""
+"""The benchmarking switches that force acceptance (sampling/simulated_acceptance.py)."""
 
 import pytest
 import torch
 
 from dflash_sglang.errors import DFlashConfigError
+from dflash_sglang.sampling.simulated_acceptance import FIXED_TOKEN, PROFILE_ENV, SimulatedAcceptance
 from dflash_sglang.tree.switches import TreeSettings
-from dflash_sglang.width.simulated_acceptance import FIXED_TOKEN, PROFILE_ENV, SimulatedAcceptance
 
 BLOCK = 8
 

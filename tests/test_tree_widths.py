@@ -1,7 +1,8 @@
-"""tree/budgets.py without a server: tree budgets as verify widths. Best-first trees nest (a smaller
-budget's tree is the larger one's first nodes), so one walk tells what every smaller budget would
-have accepted; the per-request means behind the adaptive policy; the host copies a step later,
-with no host sync; the policy's choice of budget under load."""
+"""tree/budgets.py and width/acceptance_profiles.py's TreeAcceptance without a server: tree budgets
+as verify widths. Best-first trees nest (a smaller budget's tree is the larger one's first nodes),
+so one walk tells what every smaller budget would have accepted; the per-request means behind the
+adaptive policy; the host copies a step later, with no host sync; the policy's choice of budget
+under load."""
 
 import random
 from itertools import product
@@ -13,18 +14,20 @@ import torch
 from dflash_sglang.errors import DFlashConfigError
 from dflash_sglang.runtime import host_sync
 from dflash_sglang.tree.batch import build_batch_trees, follow_batch
-from dflash_sglang.tree.budgets import TreeAcceptance, TreeAcceptanceProfile, accepted_within, tree_widths
+from dflash_sglang.tree.budgets import accepted_within, tree_widths
 from dflash_sglang.tree.verify import accept
-from dflash_sglang.width import verify_width
-from dflash_sglang.width.policy import StepCost, best_width
+from dflash_sglang.width import controller
+from dflash_sglang.width.acceptance_profiles import TreeAcceptance, TreeAcceptanceProfile
+from dflash_sglang.width.controller import VerifyWidth
 from dflash_sglang.width.request_lengths import (
     LENGTHS_ENV,
     TREES_ONE_BUDGET,
     ragged_seconds,
     tree_request_lengths,
 )
-from dflash_sglang.width.runtime_policy import LENGTHS, refusal
-from dflash_sglang.width.verify_width import VerifyWidth
+from dflash_sglang.width.runtime_switch import LENGTHS, refusal
+from dflash_sglang.width.step_cost import StepCost
+from tests.width_helpers import best_width
 
 BS, DEPTH, VOCAB, K, WIDEST = 4, 6, 10, 3, 24
 
@@ -138,21 +141,21 @@ def test_load_moves_the_chosen_tree_budget():
 
 @pytest.fixture
 def no_dp_attention(monkeypatch):
-    monkeypatch.setattr(verify_width.dp_attention, "enabled", lambda: False)
+    monkeypatch.setattr(controller.dp_attention, "enabled", lambda: False)
 
 
 def test_a_tree_server_forces_widths_up_to_its_nodes(monkeypatch, no_dp_attention):
-    monkeypatch.setenv(verify_width.WIDTHS_ENV, "16,1,5")
+    monkeypatch.setenv(controller.WIDTHS_ENV, "16,1,5")
     widths = VerifyWidth(8, tree_nodes=16)  # block 8, trees of 16 nodes
     assert [widths.choose(None) for _ in range(4)] == [16, 1, 5, 16]
-    monkeypatch.setenv(verify_width.WIDTHS_ENV, "17")
+    monkeypatch.setenv(controller.WIDTHS_ENV, "17")
     with pytest.raises(DFlashConfigError, match="1..16"):
         VerifyWidth(8, tree_nodes=16)
 
 
 def test_the_adaptive_tree_width_chooses_among_the_budgets(monkeypatch, no_dp_attention):
-    monkeypatch.delenv(verify_width.WIDTHS_ENV, raising=False)
-    monkeypatch.setenv(verify_width.ADAPTIVE_ENV, "1")
+    monkeypatch.delenv(controller.WIDTHS_ENV, raising=False)
+    monkeypatch.setenv(controller.ADAPTIVE_ENV, "1")
     widths = VerifyWidth(8, tree_nodes=16)
     assert list(widths.candidates) == tree_widths(16) and isinstance(widths.acceptance, TreeAcceptance)
     batch = SimpleNamespace(reqs=[request("a")])
@@ -222,7 +225,7 @@ def test_per_request_tree_lengths_are_the_best_of_all_lengths(scales):
 def test_a_tree_server_verifies_one_budget_a_batch_unless_asked_and_on_cpu_can(monkeypatch, no_dp_attention):
     """One budget a batch by default (measured ahead of per-request budgets, TREES_ONE_BUDGET);
     `DFLASH_SGLANG_REQUEST_LENGTHS=1` or the runtime switch gives each request its own on CPU."""
-    monkeypatch.setenv(verify_width.ADAPTIVE_ENV, "1")
+    monkeypatch.setenv(controller.ADAPTIVE_ENV, "1")
     monkeypatch.delenv(LENGTHS_ENV, raising=False)
     widths = VerifyWidth(8, tree_nodes=16, ragged_off_because=None)
     assert not widths.per_request and f"one width a batch ({TREES_ONE_BUDGET})" in widths.describe

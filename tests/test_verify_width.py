@@ -1,4 +1,4 @@
-"""width/verify_width.py without a server: the forced width cycle and its startup errors (the decode
+"""width/controller.py without a server: the forced width cycle and its startup errors (the decode
 steps themselves are tested in tests/server/test_verify_width.py)."""
 
 from types import SimpleNamespace
@@ -6,13 +6,13 @@ from types import SimpleNamespace
 import pytest
 
 from dflash_sglang.errors import DFlashConfigError
-from dflash_sglang.width import verify_width
-from dflash_sglang.width.verify_width import WIDTHS_ENV, VerifyWidth
+from dflash_sglang.width import controller
+from dflash_sglang.width.controller import WIDTHS_ENV, VerifyWidth
 
 
 @pytest.fixture(autouse=True)
 def no_dp_attention(monkeypatch):
-    monkeypatch.setattr(verify_width.dp_attention, "enabled", lambda: False)
+    monkeypatch.setattr(controller.dp_attention, "enabled", lambda: False)
 
 
 def test_without_the_switch_every_step_verifies_the_whole_block(monkeypatch):
@@ -37,7 +37,7 @@ def test_a_bad_cycle_fails_at_startup_naming_the_switch(monkeypatch, text):
 
 def test_attention_dp_keeps_whole_blocks(monkeypatch):
     monkeypatch.setenv(WIDTHS_ENV, "4,8")
-    monkeypatch.setattr(verify_width.dp_attention, "enabled", lambda: True)
+    monkeypatch.setattr(controller.dp_attention, "enabled", lambda: True)
     with pytest.raises(DFlashConfigError, match="--enable-dp-attention"):
         VerifyWidth(8)
 
@@ -52,7 +52,7 @@ def test_adaptive_times_plain_decoding_at_each_new_batch_size(monkeypatch):
     """Width 1's cost curve is by batch size: a wide batch first times a plain step of its own
     instead of trusting the curve extrapolated from small batches."""
     monkeypatch.delenv(WIDTHS_ENV, raising=False)
-    monkeypatch.setenv(verify_width.ADAPTIVE_ENV, "1")
+    monkeypatch.setenv(controller.ADAPTIVE_ENV, "1")
     widths = VerifyWidth(8)
     times = widths.times
     times.add(times.plain, 1, 0.010)  # batch 1 measured: plain, the block and half of it
@@ -67,7 +67,7 @@ def timed_at_batch_1(monkeypatch, four: float, eight: float, accepted: int) -> V
     """An adaptive block of 8 timed at batch 1 (plain 10 ms, 4 and 8 tokens as given) whose pooled
     acceptance is `accepted` in 1000 at every position."""
     monkeypatch.delenv(WIDTHS_ENV, raising=False)
-    monkeypatch.setenv(verify_width.ADAPTIVE_ENV, "1")
+    monkeypatch.setenv(controller.ADAPTIVE_ENV, "1")
     widths = VerifyWidth(8)
     times = widths.times
     times.add(times.plain, 1, 0.010)
@@ -83,7 +83,7 @@ def test_a_new_batch_size_skips_the_plain_step_where_plain_decoding_cannot_win(m
     decoding, even at batch 1's plain cost, would commit a fifth of the best width's tokens per
     second, so batch 2's first step verifies the block instead of timing a plain step."""
     widths = timed_at_batch_1(monkeypatch, four=0.0105, eight=0.011, accepted=900)
-    widths.ran_widest = verify_width.WIDEST_FIRST  # past the first widest steps
+    widths.ran_widest = controller.WIDEST_FIRST  # past the first widest steps
     assert widths.choose(fake_batch(2)) == 8
     assert widths.times.unmeasured_plain(2)
 
@@ -94,13 +94,13 @@ def test_a_new_batch_size_verifies_the_widest_first(monkeypatch):
     first step at batch 16 verifies the whole block anyway, once, so that batch 16's own point
     prices its widths. A batch size already probed, or drafts that never fit, do not."""
     widths = timed_at_batch_1(monkeypatch, four=0.011, eight=0.030, accepted=500)
-    widths.ran_widest = verify_width.WIDEST_FIRST  # no early-widest exploration in the way
+    widths.ran_widest = controller.WIDEST_FIRST  # no early-widest exploration in the way
     widths.times.add(widths.times.plain, 16, 0.040)  # no plain probe in the way either
     batch = fake_batch(16)
     assert widths.choose(batch) == 8
     assert widths.choose(batch) < 8 and widths.probed == {16}
     never = drafts_that_never_fit(monkeypatch)
-    never.ran_widest = verify_width.WIDEST_FIRST
+    never.ran_widest = controller.WIDEST_FIRST
     never.times.add(never.times.plain, 16, 0.040)
     assert never.choose(fake_batch(16)) == 1 and never.probed == set()
 
@@ -117,9 +117,9 @@ def test_adaptive_explores_one_width_wider_every_so_often(monkeypatch):
     wins, up to EXPLORE_AT_MOST_EVERY, so drafts that start to fit would be seen; once a drafted
     width is rated best, the interval is EXPLORE_EVERY again."""
     widths = drafts_that_never_fit(monkeypatch)
-    widths.ran_widest = verify_width.WIDEST_FIRST  # past the first widest steps (below)
+    widths.ran_widest = controller.WIDEST_FIRST  # past the first widest steps (below)
     batch = fake_batch(1)
-    every, most = verify_width.EXPLORE_EVERY, verify_width.EXPLORE_AT_MOST_EVERY
+    every, most = controller.EXPLORE_EVERY, controller.EXPLORE_AT_MOST_EVERY
     chosen = [widths.choose(batch) for _ in range(400)]
     explored = [i for i, width in enumerate(chosen) if width != 1]
     assert {chosen[i] for i in explored} == {2}
@@ -135,7 +135,7 @@ def test_adaptive_explores_the_best_rated_wider_width(monkeypatch):
     """A tree settled at 5 nodes whose estimates nearly favour 16 explores 16, not the next wider
     budget (9): one wide step measures what every smaller tree would have accepted, and its cost."""
     monkeypatch.delenv(WIDTHS_ENV, raising=False)
-    monkeypatch.setenv(verify_width.ADAPTIVE_ENV, "1")
+    monkeypatch.setenv(controller.ADAPTIVE_ENV, "1")
     widths = VerifyWidth(8, tree_nodes=16)
     assert widths.candidates == [1, 2, 3, 5, 9, 16]
     times = widths.times
@@ -144,10 +144,10 @@ def test_adaptive_explores_the_best_rated_wider_width(monkeypatch):
         times.add(times.seconds, tokens, seconds)
     pooled = widths.acceptance.pooled  # budgets 0, 1, 2, 4, 8, 15: mean accepted drafts
     pooled.prior_means, pooled.prior_weight = [0.0, 0.9, 1.5, 2.0, 2.1, 2.6], 1000.0
-    widths.ran_widest = verify_width.WIDEST_FIRST  # past the first widest steps (below)
+    widths.ran_widest = controller.WIDEST_FIRST  # past the first widest steps (below)
     widths.probed.add(1)  # and past batch 1's first step (test_a_new_batch_size_verifies_the_widest_first)
     batch = fake_batch(1)
-    chosen = [widths.choose(batch) for _ in range(verify_width.EXPLORE_EVERY)]
+    chosen = [widths.choose(batch) for _ in range(controller.EXPLORE_EVERY)]
     assert set(chosen[:-1]) == {5} and chosen[-1] == 16
 
 
@@ -160,8 +160,8 @@ def test_adaptive_explores_the_widest_often_until_it_has_run_a_few_times(monkeyp
         1
     )  # batch 1's first widest step apart (test_a_new_batch_size_verifies_the_widest_first)
     batch = fake_batch(1)
-    first, every = verify_width.WIDEST_FIRST, verify_width.EXPLORE_FIRST_EVERY
-    chosen = [widths.choose(batch) for _ in range(first * every + verify_width.EXPLORE_EVERY)]
+    first, every = controller.WIDEST_FIRST, controller.EXPLORE_FIRST_EVERY
+    chosen = [widths.choose(batch) for _ in range(first * every + controller.EXPLORE_EVERY)]
     widest = [i for i, width in enumerate(chosen) if width == 8]
     assert widest[:first] == [every * (k + 1) - 1 for k in range(first)]
 
@@ -171,18 +171,18 @@ def test_drafts_that_never_fit_do_not_explore_the_widest(monkeypatch):
     shows nothing new, so the early widest steps are skipped; only width 2 is explored."""
     widths = drafts_that_never_fit(monkeypatch)
     batch = fake_batch(1)
-    first, every = verify_width.WIDEST_FIRST, verify_width.EXPLORE_FIRST_EVERY
-    chosen = [widths.choose(batch) for _ in range(first * every + verify_width.EXPLORE_EVERY)]
-    assert set(chosen) == {1, 2} and chosen.count(2) <= len(chosen) // verify_width.EXPLORE_EVERY
+    first, every = controller.WIDEST_FIRST, controller.EXPLORE_FIRST_EVERY
+    chosen = [widths.choose(batch) for _ in range(first * every + controller.EXPLORE_EVERY)]
+    assert set(chosen) == {1, 2} and chosen.count(2) <= len(chosen) // controller.EXPLORE_EVERY
 
 
 def test_the_pooled_acceptance_forgets_a_drafter_that_stopped_fitting(monkeypatch):
     """A drafter accepted at every position for a long while, then never: within a few pool
     half-lives of steps the pooled estimate (a new request's prior) is near nothing."""
-    from dflash_sglang.width.policy import POOL_HALF_LIFE
+    from dflash_sglang.width.acceptance_profiles import POOL_HALF_LIFE
 
     monkeypatch.delenv(WIDTHS_ENV, raising=False)
-    monkeypatch.setenv(verify_width.ADAPTIVE_ENV, "1")
+    monkeypatch.setenv(controller.ADAPTIVE_ENV, "1")
     pooled = VerifyWidth(8).acceptance.pooled
     for _ in range(20 * POOL_HALF_LIFE):
         pooled.record(8, 7)
@@ -201,25 +201,25 @@ def test_the_adaptive_width_is_on_by_default_where_nothing_stops_it(
 ):
     """Unset: on unless the server has a reason (adaptive_default_off_because); 0 and 1 decide."""
     monkeypatch.delenv(WIDTHS_ENV, raising=False)
-    monkeypatch.setenv(verify_width.ADAPTIVE_ENV, text)
+    monkeypatch.setenv(controller.ADAPTIVE_ENV, text)
     widths = VerifyWidth(8, default_off_because=default_off_because)
     assert widths.adaptive is adaptive
     if not text:  # the startup log says it was the default, and how to change it
-        switch = f"{verify_width.ADAPTIVE_ENV}={0 if adaptive else 1}"
+        switch = f"{controller.ADAPTIVE_ENV}={0 if adaptive else 1}"
         assert "default" in widths.describe and switch in widths.describe
 
 
 def test_a_bad_adaptive_switch_fails_at_startup_naming_it(monkeypatch):
-    monkeypatch.setenv(verify_width.ADAPTIVE_ENV, "maybe")
-    with pytest.raises(DFlashConfigError, match=verify_width.ADAPTIVE_ENV):
+    monkeypatch.setenv(controller.ADAPTIVE_ENV, "maybe")
+    with pytest.raises(DFlashConfigError, match=controller.ADAPTIVE_ENV):
         VerifyWidth(8, default_off_because=None)
 
 
 def test_attention_dp_keeps_the_default_off_and_refuses_the_switch(monkeypatch):
-    monkeypatch.setattr(verify_width.dp_attention, "enabled", lambda: True)
-    monkeypatch.delenv(verify_width.ADAPTIVE_ENV, raising=False)
+    monkeypatch.setattr(controller.dp_attention, "enabled", lambda: True)
+    monkeypatch.delenv(controller.ADAPTIVE_ENV, raising=False)
     assert not VerifyWidth(8, default_off_because=None).adaptive
-    monkeypatch.setenv(verify_width.ADAPTIVE_ENV, "1")
+    monkeypatch.setenv(controller.ADAPTIVE_ENV, "1")
     with pytest.raises(DFlashConfigError, match="--enable-dp-attention"):
         VerifyWidth(8, default_off_because=None)
 
@@ -229,7 +229,7 @@ def test_why_the_default_is_off():
     SGLang captures no verify graph for speculative decoding)."""
     from types import SimpleNamespace
 
-    from dflash_sglang.width.verify_width import adaptive_default_off_because
+    from dflash_sglang.width.controller import adaptive_default_off_because
 
     assert adaptive_default_off_because(SimpleNamespace(decode_cuda_graph_runner=None)) is None
     assert "graphs" in adaptive_default_off_because(SimpleNamespace(decode_cuda_graph_runner=object()))

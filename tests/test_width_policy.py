@@ -1,13 +1,17 @@
-"""width/policy.py: the chosen width equals a brute-force search that computes expectations by
-enumerating acceptance outcomes; the per-position estimates recover known acceptance rates from
-steps of mixed widths (censoring); and load moves the choice the way the issue expects."""
+"""width/ranking.py, width/step_cost.py and width/acceptance_profiles.py: the chosen width equals a
+brute-force search that computes expectations by enumerating acceptance outcomes; the per-position
+estimates recover known acceptance rates from steps of mixed widths (censoring); and load moves the
+choice the way the issue expects."""
 
 import itertools
 import random
 
 import pytest
 
-from dflash_sglang.width.policy import PLAIN_MARGIN, AcceptanceProfile, StepCost, best_width, ranked_widths
+from dflash_sglang.width.acceptance_profiles import AcceptanceProfile
+from dflash_sglang.width.ranking import PLAIN_MARGIN, ranked_widths
+from dflash_sglang.width.step_cost import StepCost
+from tests.width_helpers import best_width
 
 B = 8
 WIDTHS = list(range(1, B + 1))

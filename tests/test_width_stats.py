@@ -1,13 +1,15 @@
-"""width/observations.py without a server: per-request acceptance fed from SGLang's histogram and paired
-with the widths verified, oldest first (also one step behind, as under the overlap loop); step
-times kept per token count, as a non-decreasing curve."""
+"""width/acceptance_profiles.py and width/step_times.py without a server: per-request acceptance fed
+from SGLang's histogram and paired with the widths verified, oldest first (also one step behind, as
+under the overlap loop); step times kept per token count, as a non-decreasing curve."""
 
 from collections import deque
 from types import SimpleNamespace
 
 import pytest
 
-from dflash_sglang.width.observations import RequestAcceptance, StepTimes, non_decreasing
+from dflash_sglang.width.acceptance_profiles import RequestAcceptance
+from dflash_sglang.width.step_times import StepTimes
+from tests.width_helpers import non_decreasing
 
 B = 4
 

@@ -7,7 +7,7 @@ Through SGLang's HookRegistry it
 - refuses prompt ids outside the vocabulary, empty prompts and bad sample counts `n` with a 400
   (admission/input_checks.py; SGLang's scheduler dies of the first two, the third is a 500),
 - makes `--speculative-algorithm DFLASH` build this package's worker,
-- lets `/set_internal_state` switch its verify policy (width/runtime_policy.py),
+- lets `/set_internal_state` switch its verify policy (width/runtime_switch.py),
 - builds the ReplaySSM pool SGLang refuses DFLASH on a Gated DeltaNet target, and declares its flag
   for `DFLASH_SGLANG_REPLAY_SSM=1` (admission/replay_ssm.py),
 - resolves `architectures: ["DFlashDraftModel"]` (and its aliases) to this package's draft model,
@@ -52,7 +52,7 @@ def register() -> None:
     from .admission import cli_aliases, input_checks, replay_ssm, request_checks, startup_checks
     from .cpu import install as install_cpu_stand_ins
     from .tree import switches as tree_switches
-    from .width import runtime_policy
+    from .width import runtime_switch
 
     install_cpu_stand_ins()
     HookRegistry.register(cli_aliases.TARGET, cli_aliases.add_seed_card_aliases, HookType.AFTER)
@@ -85,8 +85,8 @@ def register() -> None:
     HookRegistry.register(
         tree_switches.CONV_WINDOW_DEDUP, tree_switches.dense_conv_windows_for_trees, HookType.AROUND
     )
-    # `/set_internal_state` takes the verify policy's switches (width/runtime_policy.py).
-    HookRegistry.register(runtime_policy.TARGET, runtime_policy.add_handlers, HookType.AROUND)
+    # `/set_internal_state` takes the verify policy's switches (width/runtime_switch.py).
+    HookRegistry.register(runtime_switch.TARGET, runtime_switch.add_handlers, HookType.AROUND)
 
 
 def _resolve_schedule(result, server_args):

@@ -46,6 +46,7 @@ from .runtime.streams import DrafterStream
 from .sampling.penalties import PenaltyLedger, PenaltyParams
 from .sampling.prewarm import prewarm_sampled_verify
 from .sampling.sampled_drafts import drafts_at_temperature
+from .sampling.simulated_acceptance import SimulatedAcceptance
 from .step.committing import Committing
 from .step.deferred_context import DeferredContext, deferral_off_because
 from .step.draft_window import allocate_window_pool, refuse_unsupported_setups
@@ -57,9 +58,8 @@ from .step.tp_agreement import TpAgreement, draft_scope
 from .step.verifying import ChainRule, SimulatedRule, TreeRule, Verifying
 from .tree import verify as tree_verify
 from .tree.switches import tree_settings
+from .width.controller import VerifyWidth, adaptive_default_off_because
 from .width.request_lengths import partial_drafter_requested
-from .width.simulated_acceptance import SimulatedAcceptance
-from .width.verify_width import VerifyWidth, adaptive_default_off_because
 
 logger = logging.getLogger(__name__)
 
@@ -110,7 +110,7 @@ class DFlashWorker(BaseSpecWorker):
         self.sampled_drafts, self.block_verification, drafts_are = drafts_at_temperature(
             self.draft_model, self.tree, self.simulated, spec.speculative_use_block_verification,
         )  # fmt: skip
-        # How much of each block (or how many tree nodes) a step verifies (width/verify_width.py),
+        # How much of each block (or how many tree nodes) a step verifies (width/controller.py),
         # for the whole batch or request by request (step/ragged.py).
         tree_nodes = self.tree.width if self.tree else None
         off_because = adaptive_default_off_because(self.model_runner)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from .bugs import Bug
 
-VERIFY_WIDTH = "width/verify_width.py"
+VERIFY_WIDTH = "width/controller.py"
 
 POLICY_BUGS = {
     "ragged_verify_off": Bug(
@@ -41,7 +41,7 @@ POLICY_BUGS = {
         "chain, tree (per-request lengths)",
     ),
     "pool_never_forgets": Bug(
-        "width/policy.py",
+        "width/acceptance_profiles.py",
         "return 0.5 ** (1 / POOL_HALF_LIFE)",
         "return 1.0",
         "the pooled acceptance (a new request's prior) never forgets: POOL_HALF_LIFE ignored",
@@ -69,7 +69,7 @@ POLICY_BUGS = {
         "chain (partial drafter)",
     ),
     "lagged_pairing_newest_first": Bug(
-        "width/observations.py",
+        "width/acceptance_profiles.py",
         "width = pending.popleft() if pending else self.positions + 1",
         "width = pending.pop() if pending else self.positions + 1",
         "a request's accepted drafts paired with the newest width verified, not the oldest (overlap lag)",

@@ -21,7 +21,7 @@ import os
 
 import pytest
 
-from dflash_sglang.width.verify_width import ADAPTIVE_ENV
+from dflash_sglang.width.controller import ADAPTIVE_ENV
 from dflash_sglang_tools.testing.server import SGLangServer
 
 from .pairs import make_pair

@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from dflash_sglang.step.replay_choice import REPLAY_ENV
-from dflash_sglang.width.verify_width import ADAPTIVE_ENV
+from dflash_sglang.width.controller import ADAPTIVE_ENV
 from dflash_sglang_tools.testing.server import SGLangServer
 from dflash_sglang_tools.testing.tiny_hybrid import HybridShape, write_tiny_hybrid_pair
 

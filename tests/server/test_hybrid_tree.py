@@ -29,7 +29,7 @@ import torch
 
 from dflash_sglang.drafter.model import DFlashDraftModel
 from dflash_sglang.drafter.reference import dflash_generate
-from dflash_sglang.width.verify_width import WIDTHS_ENV
+from dflash_sglang.width.controller import WIDTHS_ENV
 from dflash_sglang_tools.testing.server import SGLangServer
 from dflash_sglang_tools.testing.tiny_hybrid import HybridShape, write_tiny_hybrid_pair
 

@@ -31,7 +31,7 @@ import torch
 
 from dflash_sglang.sampling.sampled_drafts import SAMPLED_DRAFTS_ENV
 from dflash_sglang.step.replay_choice import REPLAY_ENV
-from dflash_sglang.width.verify_width import WIDTHS_ENV
+from dflash_sglang.width.controller import WIDTHS_ENV
 from dflash_sglang_tools.testing.server import SGLangServer
 from dflash_sglang_tools.testing.tiny_hybrid import (
     HybridShape,
@@ -77,7 +77,7 @@ RING = {REPLAY_ENV: "1"}
 SNAPSHOTS = OVERLAP
 NO_RADIX = [*EXTRA_BUFFER, "--disable-radix-cache"]
 
-# Two cases switch the verify width every step (width/verify_width.py): the state is committed at
+# Two cases switch the verify width every step (width/controller.py): the state is committed at
 # every width, plain decoding (width 1) included.
 CYCLE_4, CYCLE_8 = {WIDTHS_ENV: "4,1,3,2,4,1"}, {WIDTHS_ENV: "8,1,4,2,8,3,1,6"}
 CASES = {

@@ -30,8 +30,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from dflash_sglang.width.controller import ADAPTIVE_ENV
 from dflash_sglang.width.request_lengths import FORCED_LENGTHS_ENV
-from dflash_sglang.width.verify_width import ADAPTIVE_ENV
 from dflash_sglang_tools.testing.server import SGLangServer
 from dflash_sglang_tools.testing.tiny_variants import write_variant_pair
 

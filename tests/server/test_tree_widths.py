@@ -23,8 +23,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from dflash_sglang.width.controller import ADAPTIVE_ENV, REPORT_EVERY
 from dflash_sglang.width.request_lengths import FORCED_LENGTHS_ENV, LENGTHS_ENV
-from dflash_sglang.width.verify_width import ADAPTIVE_ENV, REPORT_EVERY
 from dflash_sglang_tools.testing.server import SGLangServer
 
 from .conftest import OVERLAP_CHECKED, PLAIN

@@ -1,4 +1,4 @@
-"""Lossless across verify widths (width/verify_width.py): `DFLASH_SGLANG_VERIFY_WIDTHS` forces every
+"""Lossless across verify widths (width/controller.py): `DFLASH_SGLANG_VERIFY_WIDTHS` forces every
 decode step's width through a changing cycle, whole block, plain decoding (width 1) and partial
 blocks in turn, so consecutive steps switch width, per step, across the batch; and
 `DFLASH_SGLANG_FORCED_REQUEST_LENGTHS` forces per-request lengths through the same cycle, request i
@@ -32,9 +32,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from dflash_sglang.width.controller import ADAPTIVE_ENV, REPORT_EVERY, WIDTHS_ENV
 from dflash_sglang.width.request_lengths import FORCED_LENGTHS_ENV, PARTIAL_DRAFTER_ENV
-from dflash_sglang.width.runtime_policy import LENGTHS, WIDTH
-from dflash_sglang.width.verify_width import ADAPTIVE_ENV, REPORT_EVERY, WIDTHS_ENV
+from dflash_sglang.width.runtime_switch import LENGTHS, WIDTH
 from dflash_sglang_tools.testing.server import SGLangServer
 
 from .broken_drafters import drafter, drafter_weights

@@ -1,6 +1,7 @@
 """What every phase of the step shares with SGLang's runtime, below the phases themselves.
 
-    block.py         the step's Block (tokens, positions, KV slots) and its KV plan
+    block.py         the step's Block (tokens, positions, KV slots), its KV plan, and `narrow`:
+                     its first w positions a request, for a verify of width w
     spec_info.py     DFlashDraftState: the per-batch state SGLang carries between steps
     host_sync.py     DFLASH_SGLANG_CHECK_HOST_SYNC: fail any step that reads device data on the host
     host_copies.py   device -> host copies read a step later, without a sync

@@ -28,3 +28,20 @@ def block_kv_plan(translator, batch, host_lens: torch.Tensor, cache_loc: torch.T
         write_virtual=cache_loc,
         read_extent=width,
     )
+
+
+def narrow(block, width: int, batch, translator, host_lens: torch.Tensor):
+    """The block's first `width` positions per request, with their own KV plan for the verify."""
+    bs, size = block.tokens.shape
+    if width == size:
+        return block
+    cache_loc = block.cache_loc.view(bs, size)[:, :width].flatten()
+    kv_plan = block_kv_plan(translator, batch, host_lens, cache_loc, width)
+    return block._replace(
+        tokens=block.tokens[:, :width],
+        positions=block.positions.view(bs, size)[:, :width].flatten(),
+        cache_loc=cache_loc,
+        kv_plan=kv_plan,
+        draft_loc=block.draft_loc[:, :width],
+        proposal=None if block.proposal is None else block.proposal.narrow(width - 1),
+    )

@@ -2,7 +2,7 @@
 
 On a GPU the copy goes to pinned memory behind a CUDA event, and the host reads it once the event
 has passed, a step or so later: it never waits, so the overlap loop keeps overlapping (as the step
-timings in width/observations.py never wait). On a CPU the copy is there at once; it is still handed over
+timings in width/step_times.py never wait). On a CPU the copy is there at once; it is still handed over
 only at the next `landed()`, so the CPU path exercises the same lag the GPU path has.
 """
 

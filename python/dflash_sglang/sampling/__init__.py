@@ -13,6 +13,8 @@
     prewarm.py         the startup rehearsal of the sampled verify's and the draw's memory
     verify_logits.py   a request's settings on the verify logits, in the no-spec order
     penalties.py       frequency / presence / repetition / min_new_tokens, exact per position
+    simulated_acceptance.py  DFLASH_SGLANG_SIMULATE_ACCEPTANCE: acceptance drawn at set rates
+                       (benchmarking only)
 
 May import: errors, environment (its switches), runtime/ (the host-sync guard) and SGLang; the
 engine-free modules import only torch, errors and environment.

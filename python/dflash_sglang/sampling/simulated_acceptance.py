@@ -27,7 +27,7 @@ from sglang.srt.speculative.spec_utils import sample_simulated_acc_len
 
 from ..environment import SIMULATE_ACCEPTANCE
 from ..errors import DFlashConfigError
-from ..sampling.accept import Acceptance, accepted_prefix_length
+from .accept import Acceptance, accepted_prefix_length
 
 PROFILE_ENV = SIMULATE_ACCEPTANCE.name
 SGLANG_LENGTH_ENV = "SGLANG_SIMULATE_ACC_LEN"

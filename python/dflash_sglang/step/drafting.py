@@ -4,7 +4,8 @@ The block [last verified token, mask x (B-1)] sits at positions seq_len .. seq_l
 forward (TARGET_VERIFY mode, non-causal over the target features injected into the draft KV) gives
 features at the B-1 mask positions, and the target's LM head turns them into the drafts: their
 argmax chain, or a tree of the most probable prefixes (tree/verify.py). The verify then reads the
-block's first `width` positions (width/verify_width.py) or the tree's N nodes.
+block's first `width` positions (width/controller.py chooses it, runtime/block.py's `narrow` cuts
+the block) or the tree's N nodes.
 """
 
 from __future__ import annotations
@@ -20,13 +21,12 @@ from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 from ..drafter.domino import domino_block_drafts
 from ..drafter.sampled_walk import sampled_walk
 from ..drafter.selector import walk_candidates
-from ..runtime.block import Block, block_kv_plan
+from ..runtime.block import Block, block_kv_plan, narrow
 from ..runtime.spec_info import host_read_bound
 from ..sampling.distribution import vocab_parallel_argmax, vocab_parallel_logits, vocab_parallel_topk
 from ..sampling.sampled_drafts import draw_drafts
 from ..tree import verify as tree_verify
 from ..width.request_lengths import drafted_rows
-from ..width.verify_width import narrow
 from .deferred_context import DeferredContext
 from .draft_window import DraftWindow
 from .tp_agreement import TpAgreement

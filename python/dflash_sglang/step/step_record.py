@@ -6,7 +6,7 @@ server test sees them only by reading what each step handed the target. With
 decode step:
 
     rids      the batch's requests, in order
-    chose     what the width policy chose (width/verify_width.py): the width, each request's
+    chose     what the width policy chose (width/controller.py): the width, each request's
               length (null: one width for all), the runtime switches in force
     recorded  the length the policy recorded each request's acceptance against (the lengths passed
               to its acceptance's `verified`; null where it recorded none this step)

@@ -67,7 +67,7 @@ class ChainRule:
 
 
 class SimulatedRule:
-    """Benchmarking only: acceptance drawn at set rates (width/simulated_acceptance.py)."""
+    """Benchmarking only: acceptance drawn at set rates (sampling/simulated_acceptance.py)."""
 
     def __init__(self, tp: TpAgreement, simulated):
         self.tp, self.simulated = tp, simulated

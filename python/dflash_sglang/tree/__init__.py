@@ -3,7 +3,7 @@
     build.py     draft trees engine-free: build from the drafter's distributions, walk, accept
     batch.py     the same trees for a batch on the device (fixed shapes, no host reads)
     verify.py    a tree in the step: block, ancestor mask, walk, accepted path moved to the front
-    budgets.py    trees as verify widths: what every smaller budget would have accepted
+    budgets.py   trees as verify widths: what every smaller budget would have accepted
     switches.py  --speculative-eagle-topk K > 1 and N around SGLang's `_handle_dflash`
 
 May import: errors, runtime/, sampling/ and SGLang. The offline simulator is a tool

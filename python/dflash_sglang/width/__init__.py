@@ -1,16 +1,18 @@
 """The verify width (docs/adaptive.md): how much of each drafted block, or how many tree nodes, a
 step verifies, and the load-adaptive policy that chooses it.
 
-    verify_width.py          the step's width: forced cycle, adaptive choice, narrowing the block
-    policy.py                expected committed tokens per second over widths (engine-free)
-    request_lengths.py       per-request lengths: each request's own width, one ragged verify
-                             (engine-free)
-    observations.py          what the policy learns: acceptance per request, step cost per width
-    partial_steps.py         what a ragged step drafting part of the batch costs (its fixed share)
-    signal.py                what the width tells an operator (log line, metrics)
-    runtime_policy.py        the policy switched on a running server (`/set_internal_state`)
-    simulated_acceptance.py  DFLASH_SGLANG_SIMULATE_ACCEPTANCE: acceptance drawn at set rates
-                             (benchmarking only)
+The controller:
+    controller.py           the step's width: the widest, a forced cycle, or the adaptive choice
+The policy's models (engine-free but for step_times.py's CUDA events):
+    acceptance_profiles.py  what drafts each request is expected to accept, chains and trees
+    step_cost.py            what a step costs by batch size and width (the cost model), and a
+                            ragged step drafting part of the batch
+    step_times.py           the step times behind the cost model, as steps finish
+    ranking.py              the widths ranked by expected committed tokens per second
+    request_lengths.py      per-request lengths: each request's own width, one ragged verify
+The operator's side:
+    signal.py               what the width tells an operator (log line, metrics)
+    runtime_switch.py       the policy switched on a running server (`/set_internal_state`)
 
 May import: errors, environment, runtime/, sampling/, tree/ (tree budgets as widths) and SGLang.
 """

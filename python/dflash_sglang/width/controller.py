@@ -1,4 +1,5 @@
-"""How many of the drafted block's positions a decode step verifies (docs/adaptive.md).
+"""The verify width's controller: how many of the drafted block's positions a decode step
+verifies (docs/adaptive.md).
 
 The drafter always drafts its whole block B in one forward; the step may verify only the first w
 positions (1 <= w <= B): the verified token and w - 1 drafts. w = 1 is plain decoding through the
@@ -16,15 +17,16 @@ N of `--speculative-num-draft-tokens`; the policy considers the budgets of tree/
 with per-request lengths gives each request its own (request_lengths.tree_request_lengths).
 
 Switches: the adaptive width chooses each step's width by expected committed tokens per second
-(width/policy.py, from width/observations.py's per-request acceptance and measured step times; rank 0's
-choice on every TP rank). It is on by default wherever no width would lose a graph: the target's
-verify runs without graphs (CPU, `--disable-cuda-graph`) and no attention DP.
+(width/ranking.py, from width/acceptance_profiles.py's per-request acceptance and
+width/step_times.py's measured step times; rank 0's choice on every TP rank). It is on by default
+wherever no width would lose a graph: the target's verify runs without graphs (CPU,
+`--disable-cuda-graph`) and no attention DP.
 `DFLASH_SGLANG_ADAPTIVE_WIDTH=0` turns it off (every step verifies the whole block), `=1` on
 (GPU graphs included: narrower steps then verify eager). `DFLASH_SGLANG_VERIFY_WIDTHS="8,1,4"`
 forces a cycle of widths step by step (a testing and benchmarking switch: the
 lossless-across-switching tests use it).
 On a running server, `/set_internal_state` fixes the width or lets the policy choose again, and
-turns per-request lengths off and on (width/runtime_policy.py).
+turns per-request lengths off and on (width/runtime_switch.py).
 """
 
 from __future__ import annotations
@@ -37,10 +39,9 @@ import torch
 from ..environment import ADAPTIVE_WIDTH, REQUEST_LENGTHS, VERIFY_WIDTHS
 from ..errors import DFlashConfigError
 from ..runtime import dp_attention
-from ..runtime.block import block_kv_plan
-from ..tree.budgets import TreeAcceptance, tree_widths
-from .observations import RequestAcceptance, StepTimes
-from .policy import plain_could_win, pool_forget, ranked_widths, worth_a_look
+from ..tree.budgets import tree_widths
+from .acceptance_profiles import RequestAcceptance, TreeAcceptance, pool_forget
+from .ranking import plain_could_win, ranked_widths, worth_a_look
 from .request_lengths import (
     LENGTHS_ENV,
     TREES_ONE_BUDGET,
@@ -53,8 +54,9 @@ from .request_lengths import (
     request_lengths,
     tree_request_lengths,
 )
-from .runtime_policy import WIDTH, PolicyLedger
+from .runtime_switch import WIDTH, PolicyLedger
 from .signal import WidthSignal
+from .step_times import StepTimes
 
 logger = logging.getLogger(__name__)
 
@@ -164,7 +166,7 @@ class VerifyWidth:
         self.lengths: RequestLengths | None = None
         self.partial_drafter = partial_drafter
         self.last_view = None  # (batch size, the ranked estimates) of the latest adaptive choice
-        self.ledger = PolicyLedger()  # the policy switched at runtime (width/runtime_policy.py)
+        self.ledger = PolicyLedger()  # the policy switched at runtime (width/runtime_switch.py)
 
     @property
     def describe(self) -> str:
@@ -194,7 +196,7 @@ class VerifyWidth:
         return None if self.lengths is None else self.lengths.lengths
 
     def switch(self, key: str, value) -> None:
-        """A runtime switch (width/runtime_policy.py; `refusal` checked it), from the next step."""
+        """A runtime switch (width/runtime_switch.py; `refusal` checked it), from the next step."""
         self.ledger.switched(key, int(value))
         if key == WIDTH:
             self.ledger.fixed_width = int(value) or None
@@ -322,20 +324,3 @@ class VerifyWidth:
         if self.step_started is not None:
             self.times.stop(self.step_started)
             self.step_started = None
-
-
-def narrow(block, width: int, batch, translator, host_lens: torch.Tensor):
-    """The block's first `width` positions per request, with their own KV plan for the verify."""
-    bs, size = block.tokens.shape
-    if width == size:
-        return block
-    cache_loc = block.cache_loc.view(bs, size)[:, :width].flatten()
-    kv_plan = block_kv_plan(translator, batch, host_lens, cache_loc, width)
-    return block._replace(
-        tokens=block.tokens[:, :width],
-        positions=block.positions.view(bs, size)[:, :width].flatten(),
-        cache_loc=cache_loc,
-        kv_plan=kv_plan,
-        draft_loc=block.draft_loc[:, :width],
-        proposal=None if block.proposal is None else block.proposal.narrow(width - 1),
-    )

@@ -1,43 +1,86 @@
-"""What a ragged step that drafts only some of its requests costs (docs/adaptive.md).
+"""The widths ranked by expected committed tokens per second (docs/adaptive.md): where the
+acceptance estimates (width/acceptance_profiles.py) meet the cost model (width/step_cost.py).
 
-With per-request lengths the drafter runs only for the n of bs requests that verify drafts
-(step/drafting.py). Such a step costs the plain step plus a part of a uniform drafted step at the
-drafted requests' mean width: part of that extra cost scales with n (the drafter's rows, the
-verify's extra tokens), part does not (each forward's fixed work, which on a CPU serving a small
-model is most of it). The policy prices the extra as
+Each decode step chooses one width w (width/controller.py: the first w positions of every
+request's drafted block; w = 1 is plain decoding) to maximise the expected committed tokens per
+second:
 
-    (alpha + (1 - alpha) * n / bs) * (uniform step at the mean width - plain step)
+    rate(w) = sum over requests i of E_i[tokens | w]  /  cost(bs, w)
 
-and alpha, the fixed share, is learnt here from the partial steps' own times: each step's implied
-share, clamped to [0, 1], the median of the recent ones. Until a few have run, alpha is a low
-prior: optimistic on purpose, as the curves are (a partial step priced too low runs and is timed;
-one priced too high would never run to be corrected).
+- E_i[tokens | w] = 1 + sum_{k=1}^{w-1} prod_{j<=k} q_ij, where q_ij is request i's estimated
+  probability that draft j is accepted given drafts 1..j-1 were (AcceptanceProfile: online counts
+  per position with a Beta prior, censored at the width each step used; a new request's prior is
+  the server's pooled acceptance, worth a few steps of its own); a tree's, its accepted drafts at
+  the largest budget the width's tree holds (TreeAcceptanceProfile);
+- cost(bs, w): the step's measured time (StepCost).
+
+Nothing here touches SGLang; the worker feeds it host-side numbers.
 """
 
 from __future__ import annotations
 
-import statistics
-from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
 
-PRIOR_FIXED_SHARE = 0.25
-MIN_STEPS = 3  # partial steps timed before their own share replaces the prior
+from .step_cost import StepCost
 
 
-class PartialSteps:
-    def __init__(self, keep: int = 15):
-        self.recent: deque = deque(maxlen=keep)  # (batch size, drafted requests, verify tokens, seconds)
+@dataclass(frozen=True)
+class Estimate:
+    width: int
+    tokens: float  # expected committed tokens of the step, all requests
+    seconds: float  # the step's estimated cost
 
-    def record(self, batch_size: int, drafted: int, tokens: int, seconds: float) -> None:
-        self.recent.append((batch_size, drafted, tokens, seconds))
+    def __str__(self) -> str:
+        return f"{self.width}: {self.tokens:.1f} tok / {1000 * self.seconds:.1f} ms"
 
-    def fixed_share(self, cost) -> float:
-        """alpha, from the recent partial steps priced on `cost` (a width/policy.StepCost)."""
-        shares = []
-        for batch_size, drafted, tokens, seconds in self.recent:
-            plain = cost.forward(batch_size, 1)
-            uniform = cost.forward(batch_size, 1 + (tokens - batch_size) / drafted) - plain
-            if uniform <= 0 or drafted >= batch_size:
-                continue
-            part = drafted / batch_size
-            shares.append(min(max(((seconds - plain) / uniform - part) / (1 - part), 0.0), 1.0))
-        return statistics.median(shares) if len(shares) >= MIN_STEPS else PRIOR_FIXED_SHARE
+
+def worth_a_look(ranked: Sequence[Estimate], width: int, share: float) -> bool:
+    """Whether `width`'s estimated tokens per second are at least `share` of the best's: an
+    exploring step there costs at most 1 - share of a step's worth."""
+    best = ranked[0]
+    estimate = next(e for e in ranked if e.width == width)
+    return estimate.tokens / estimate.seconds >= share * best.tokens / best.seconds
+
+
+def plain_could_win(ranked: Sequence[Estimate], cost: StepCost, batch_size: int) -> bool:
+    """Whether plain decoding (one token a request) at its least possible cost would beat the
+    best-rated width: only then is a batch size's first plain step worth timing. A drafter
+    accepting four tokens a step where a plain step costs most of a drafted one would otherwise pay
+    one plain step at every new batch size, 8% of a short run's steps at concurrency 8."""
+    best = ranked[0]
+    plain_rate = batch_size / max(cost.plain_floor(batch_size), 1e-9)
+    return best.width == 1 or plain_rate >= best.tokens / best.seconds
+
+
+# Plain decoding (width 1) ranks first unless a drafted width's estimated rate beats it by this
+# share. A plain step does less than any drafted one, but under noise its time is capped at the
+# cheapest drafted step's (StepCost.forward), and a useless drafter's acceptance estimate stays a
+# little above zero (its prior): the two left width 8 "ahead" by 2.5% with drafts that never fit,
+# and a fifth of a loaded CI machine's steps verified whole blocks. A drafter that gains less than
+# this is not worth its exploring steps either.
+PLAIN_MARGIN = 0.05
+
+
+def ranked_widths(
+    profiles: Sequence, cost: StepCost, widths: Sequence[int], plain_margin: float = PLAIN_MARGIN
+) -> list[Estimate]:
+    """Every width's estimate, from the most expected committed tokens per second to the fewest
+    (ties: smaller first; plain decoding first unless beaten by `plain_margin`). A profile gives
+    `expected_tokens_at(widths)`: a chain's AcceptanceProfile, or a tree's TreeAcceptanceProfile."""
+    widths = sorted(widths)
+    totals = [0.0] * len(widths)
+    for profile in profiles:  # once per request: the policy runs every step
+        for k, tokens in enumerate(profile.expected_tokens_at(widths)):
+            totals[k] += tokens
+    estimates = [
+        Estimate(w, total, cost.step(len(profiles), w)) for w, total in zip(widths, totals, strict=True)
+    ]
+    ranked = sorted(estimates, key=lambda e: (-e.tokens / e.seconds, e.width))
+    plain = next((e for e in ranked if e.width == 1), None)
+    best = ranked[0]
+    if plain is not None and best is not plain:
+        if best.tokens / best.seconds < (1 + plain_margin) * plain.tokens / plain.seconds:
+            ranked.remove(plain)
+            ranked.insert(0, plain)
+    return ranked

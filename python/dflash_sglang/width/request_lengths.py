@@ -12,16 +12,16 @@ The gain of request i's position k + 1 is s_ik = P(its first k drafts are all ac
 falls with k (AcceptanceProfile). For every total T, the L with the most expected tokens takes
 the T - bs largest gains over all requests (each request's gains are taken in order, since they
 fall), so one pass over the sorted gains rates every T. The cost is the adaptive width's curve
-(width/policy.StepCost): the plain step plus, where the drafter runs only for the n requests
+(width/step_cost.StepCost): the plain step plus, where the drafter runs only for the n requests
 verifying drafts (step/drafting.py, without a draft window), a share of a uniform step's extra
 cost at their mean width, n / bs beyond a fixed part the partial steps' times tell
-(`ragged_seconds`, width/partial_steps.py); with every request drafted, the curve at T / bs.
+(`ragged_seconds`, width/step_cost.PartialSteps); with every request drafted, the curve at T / bs.
 
 Switches: `DFLASH_SGLANG_REQUEST_LENGTHS=0` verifies one width a batch (the adaptive width's); `=1`
 asks for per-request lengths, and fails at startup where the path cannot verify them (why is
 named). `DFLASH_SGLANG_FORCED_REQUEST_LENGTHS="8,1,4"` forces a cycle (a testing switch).
 `DFLASH_SGLANG_PARTIAL_DRAFTER=1`: a ragged step drafts only its requests of length > 1, priced so.
-Nothing here touches SGLang; width/verify_width.py calls it with host-side numbers.
+Nothing here touches SGLang; width/controller.py calls it with host-side numbers.
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ from dataclasses import dataclass
 
 from ..environment import FORCED_REQUEST_LENGTHS, PARTIAL_DRAFTER, REQUEST_LENGTHS, Switch
 from ..errors import DFlashConfigError
-from .policy import PLAIN_MARGIN, StepCost
+from .ranking import PLAIN_MARGIN
+from .step_cost import StepCost
 
 LENGTHS_ENV = REQUEST_LENGTHS.name  # per-request lengths, with the adaptive width
 FORCED_LENGTHS_ENV = FORCED_REQUEST_LENGTHS.name  # "1,4,8": a testing cycle
@@ -160,7 +161,7 @@ def ragged_seconds(
 ) -> float:
     """A step verifying `drafts` drafts in all, over `drafted` of its requests (the rest plain):
     the plain step, plus the drafted requests' share of a uniform step's extra cost at their mean
-    width, beyond the share every partial step pays (width/partial_steps.py). Where the drafter
+    width, beyond the share every partial step pays (step_cost.PartialSteps). Where the drafter
     runs for every request, `drafted` is the batch size: the uniform step at T / bs."""
     plain = cost.step(batch_size, 1) if plain is None else plain  # (the caller's, when it has it)
     if drafts == 0:

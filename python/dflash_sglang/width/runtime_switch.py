@@ -37,7 +37,7 @@ TARGET = (
 
 
 def refusal(key: str, value, widths) -> str | None:
-    """Why this server's `widths` (width/verify_width.VerifyWidth) cannot take `key` = `value`,
+    """Why this server's `widths` (width/controller.VerifyWidth) cannot take `key` = `value`,
     or None where it can."""
     if widths.pattern or widths.forced_lengths:
         return f"{key}: this server forces its widths (a testing cycle)"

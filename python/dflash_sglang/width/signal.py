@@ -2,7 +2,7 @@
 
 A drafter whose acceptance collapses (a quantized or mismatched drafter, a load it was not trained
 for) makes the policy verify narrow, down to plain decoding; without a word, the server is just
-slower than its benchmarks. So at every width report (verify_width.REPORT_EVERY steps):
+slower than its benchmarks. So at every width report (controller.REPORT_EVERY steps):
 - a warning when most of the last steps were plain decoding, once per change, with the drafts'
   recent acceptance, and an info line when drafting comes back;
 - under `--enable-metrics`, three gauges beside SGLang's own on `/metrics`: the mean verify width

@@ -1,22 +1,30 @@
-"""The load-adaptive verify width, as a pure function of measured costs and acceptance (docs/adaptive.md).
+"""What a decode step costs, by batch size and verify width: the adaptive width's cost model
+(docs/adaptive.md), a pure function of measured times (width/step_times.py measures them).
 
-Each decode step chooses one width w (width/verify_width.py: the first w positions of every request's
-drafted block; w = 1 is plain decoding) to maximise the expected committed tokens per second:
+    cost(bs, w) = target(bs * w) + drafter(bs) [w > 1]
 
-    rate(w) = sum over requests i of E_i[tokens | w]  /  cost(bs, w)
+the step's time as a function of the verify tokens (StepCost: a piecewise-linear curve over
+measured points), plus the drafter's forward when there are drafts to verify. Where batch size bs
+has drafted steps of its own (`by_batch`), they price its widths instead: a step's cost is not only
+its tokens (per-request work dominates a small model on a CPU). A step of width 1 skips the
+drafter, so where it has been measured it has its own curve over the batch size (`plain_points`).
+The curve is where load enters: on a compute-bound target, bs * w tokens cost about w times bs
+tokens, so wide batches pick small w. On a CPU every step also pays the scheduler's host work
+between steps (`between_steps`).
 
-- E_i[tokens | w] = 1 + sum_{k=1}^{w-1} prod_{j<=k} q_ij, where q_ij is request i's estimated
-  probability that draft j is accepted given drafts 1..j-1 were (AcceptanceProfile: online counts
-  per position with a Beta prior, censored at the width each step used; a new request's prior is
-  the server's pooled acceptance, worth a few steps of its own);
-- cost(bs, w) = target(bs * w) + drafter(bs) [w > 1]: the step's time as a function of the verify
-  tokens (StepCost: a piecewise-linear curve over measured points), plus the drafter's forward
-  when there are drafts to verify. Where batch size bs has drafted steps of its own (`by_batch`),
-  they price its widths instead: a step's cost is not only its tokens (per-request work dominates
-  a small model on a CPU). A step of width 1 skips the drafter, so where it has been measured it
-  has its own curve over the batch size (`plain_points`). The curve is where load enters: on a
-  compute-bound target, bs * w tokens cost about w times bs tokens, so wide batches pick small w.
-  On a CPU every step also pays the scheduler's host work between steps (`between_steps`).
+A ragged step that drafts only some of its requests (PartialSteps): with per-request lengths the
+drafter runs only for the n of bs requests that verify drafts (step/drafting.py). Such a step
+costs the plain step plus a part of a uniform drafted step at the drafted requests' mean width:
+part of that extra cost scales with n (the drafter's rows, the verify's extra tokens), part does
+not (each forward's fixed work, which on a CPU serving a small model is most of it). The policy
+prices the extra as
+
+    (alpha + (1 - alpha) * n / bs) * (uniform step at the mean width - plain step)
+
+and alpha, the fixed share, is learnt from the partial steps' own times: each step's implied
+share, clamped to [0, 1], the median of the recent ones. Until a few have run, alpha is a low
+prior: optimistic on purpose, as the curves are (a partial step priced too low runs and is timed;
+one priced too high would never run to be corrected).
 
 Nothing here touches SGLang; the worker feeds it host-side numbers.
 """
@@ -24,8 +32,13 @@ Nothing here touches SGLang; the worker feeds it host-side numbers.
 from __future__ import annotations
 
 import bisect
+import statistics
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+
+PRIOR_FIXED_SHARE = 0.25
+MIN_STEPS = 3  # partial steps timed before their own share replaces the prior
 
 
 @dataclass
@@ -40,8 +53,8 @@ class StepCost:
     by_batch: dict = field(default_factory=dict)
     between_steps: float = 0.0  # host seconds between two steps, whatever their width
     # The share of a drafted step's extra cost that a ragged step drafting part of the batch pays
-    # whatever its drafted requests (width/partial_steps.py).
-    partial_fixed: float = 0.25
+    # whatever its drafted requests (PartialSteps).
+    partial_fixed: float = PRIOR_FIXED_SHARE
 
     def target(self, tokens: int) -> float:
         return interpolate(self.points, tokens)
@@ -109,140 +122,23 @@ def interpolate(points: Sequence[tuple[int, float]], x: int) -> float:
     return max(y0 + (y1 - y0) * (x - x0) / (x1 - x0), 1e-9)  # extrapolation stays positive
 
 
-# The server's pooled statistics (a new request's prior) weigh a request-step that tested drafts
-# half as much after this many more: a drafter whose acceptance collapses (a swapped or quantized
-# drafter, a new kind of load) is seen within a few batches, not after everything it ever accepted.
-# Short: once the policy verifies narrow, only exploring steps test drafts (at 256, a swapped-in
-# useless drafter still drew a quarter of 100 steps wide at batch 8, six bursts later).
-POOL_HALF_LIFE = 64
+class PartialSteps:
+    """The recent ragged steps that drafted part of the batch, and the fixed share they imply."""
 
+    def __init__(self, keep: int = 15):
+        self.recent: deque = deque(maxlen=keep)  # (batch size, drafted requests, verify tokens, seconds)
 
-def pool_forget() -> float:
-    """The factor the pooled counts are multiplied by at each request-step that tests drafts."""
-    return 0.5 ** (1 / POOL_HALF_LIFE)
+    def record(self, batch_size: int, drafted: int, tokens: int, seconds: float) -> None:
+        self.recent.append((batch_size, drafted, tokens, seconds))
 
-
-@dataclass
-class AcceptanceProfile:
-    """One request's online acceptance statistics by draft position (1-based)."""
-
-    positions: int  # B - 1 draft positions
-    prior: tuple[float, float] = (1.0, 1.0)  # Beta(a, b) pseudo-counts: accepted, rejected
-    reached: list[float] = field(default_factory=list)
-    accepted: list[float] = field(default_factory=list)
-    # Per-position prior acceptance rates (e.g. the server's pooled ones), worth `prior_weight`
-    # observations each; when given, they replace `prior`.
-    prior_rates: Sequence[float] | None = None
-    prior_weight: float = 4.0
-    forget: float = 1.0  # counts x this at each step that tests drafts (1: remember everything)
-
-    def __post_init__(self):
-        self.reached = self.reached or [0] * self.positions
-        self.accepted = self.accepted or [0] * self.positions
-
-    def record(self, width: int, accepted_drafts: int) -> None:
-        """A step that verified `width - 1` drafts and accepted the first `accepted_drafts`."""
-        if self.forget < 1.0 and width > 1:
-            self.reached = [n * self.forget for n in self.reached]
-            self.accepted = [n * self.forget for n in self.accepted]
-        for j in range(min(accepted_drafts + 1, width - 1)):  # drafts 1 .. accepted + 1 were tested
-            self.reached[j] += 1
-            self.accepted[j] += j < accepted_drafts
-
-    def acceptance(self) -> list[float]:
-        if self.prior_rates is None:
-            # Position 1's prior is Beta(a, b); each later position's is the estimate before it,
-            # with the same weight. A flat 0.5 beyond the positions seen made a good drafter's
-            # wide widths look worthless while it verified narrow (every step censored there), so
-            # they were never explored: a new server verified 4 of 8 for its first burst at 0.64x
-            # the whole block's tokens/s.
-            a, b = self.prior
-            rates, prior_rate = [], a / (a + b) if a + b > 0 else 0.5
-            for j in range(self.positions):
-                evidence = self.reached[j] + a + b
-                rate = (self.accepted[j] + (a + b) * prior_rate) / evidence if evidence > 0 else prior_rate
-                rates.append(rate)
-                prior_rate = rate
-            return rates
-        w = self.prior_weight
-        return [
-            (self.accepted[j] + w * rate) / (self.reached[j] + w) for j, rate in enumerate(self.prior_rates)
-        ]
-
-    def expected_tokens(self, width: int) -> float:
-        return self.expected_tokens_at([width])[0]
-
-    def expected_tokens_at(self, widths: Sequence[int]) -> list[float]:
-        """expected_tokens at every width, from one pass over the positions."""
-        totals, chain = [1.0], 1.0  # totals[w - 1]: expected tokens at width w
-        for q in self.acceptance()[: max(widths) - 1]:
-            chain *= q
-            totals.append(totals[-1] + chain)
-        return [totals[min(w, len(totals)) - 1] for w in widths]
-
-
-def best_width(profiles: Sequence, cost: StepCost, widths: Sequence[int]) -> int:
-    """The width of `widths` with the most expected committed tokens per second (ties: smaller).
-    A profile gives `expected_tokens_at(widths)`: a chain's AcceptanceProfile, or a tree's
-    (tree/budgets.py)."""
-    return ranked_widths(profiles, cost, widths)[0].width
-
-
-@dataclass(frozen=True)
-class Estimate:
-    width: int
-    tokens: float  # expected committed tokens of the step, all requests
-    seconds: float  # the step's estimated cost
-
-    def __str__(self) -> str:
-        return f"{self.width}: {self.tokens:.1f} tok / {1000 * self.seconds:.1f} ms"
-
-
-def worth_a_look(ranked: Sequence[Estimate], width: int, share: float) -> bool:
-    """Whether `width`'s estimated tokens per second are at least `share` of the best's: an
-    exploring step there costs at most 1 - share of a step's worth."""
-    best = ranked[0]
-    estimate = next(e for e in ranked if e.width == width)
-    return estimate.tokens / estimate.seconds >= share * best.tokens / best.seconds
-
-
-def plain_could_win(ranked: Sequence[Estimate], cost: StepCost, batch_size: int) -> bool:
-    """Whether plain decoding (one token a request) at its least possible cost would beat the
-    best-rated width: only then is a batch size's first plain step worth timing. A drafter
-    accepting four tokens a step where a plain step costs most of a drafted one would otherwise pay
-    one plain step at every new batch size, 8% of a short run's steps at concurrency 8."""
-    best = ranked[0]
-    plain_rate = batch_size / max(cost.plain_floor(batch_size), 1e-9)
-    return best.width == 1 or plain_rate >= best.tokens / best.seconds
-
-
-# Plain decoding (width 1) ranks first unless a drafted width's estimated rate beats it by this
-# share. A plain step does less than any drafted one, but under noise its time is capped at the
-# cheapest drafted step's (StepCost.forward), and a useless drafter's acceptance estimate stays a
-# little above zero (its prior): the two left width 8 "ahead" by 2.5% with drafts that never fit,
-# and a fifth of a loaded CI machine's steps verified whole blocks. A drafter that gains less than
-# this is not worth its exploring steps either.
-PLAIN_MARGIN = 0.05
-
-
-def ranked_widths(
-    profiles: Sequence, cost: StepCost, widths: Sequence[int], plain_margin: float = PLAIN_MARGIN
-) -> list[Estimate]:
-    """Every width's estimate, from the most expected committed tokens per second to the fewest
-    (ties: smaller first; plain decoding first unless beaten by `plain_margin`)."""
-    widths = sorted(widths)
-    totals = [0.0] * len(widths)
-    for profile in profiles:  # once per request: the policy runs every step
-        for k, tokens in enumerate(profile.expected_tokens_at(widths)):
-            totals[k] += tokens
-    estimates = [
-        Estimate(w, total, cost.step(len(profiles), w)) for w, total in zip(widths, totals, strict=True)
-    ]
-    ranked = sorted(estimates, key=lambda e: (-e.tokens / e.seconds, e.width))
-    plain = next((e for e in ranked if e.width == 1), None)
-    best = ranked[0]
-    if plain is not None and best is not plain:
-        if best.tokens / best.seconds < (1 + plain_margin) * plain.tokens / plain.seconds:
-            ranked.remove(plain)
-            ranked.insert(0, plain)
-    return ranked
+    def fixed_share(self, cost) -> float:
+        """alpha, from the recent partial steps priced on `cost` (a StepCost)."""
+        shares = []
+        for batch_size, drafted, tokens, seconds in self.recent:
+            plain = cost.forward(batch_size, 1)
+            uniform = cost.forward(batch_size, 1 + (tokens - batch_size) / drafted) - plain
+            if uniform <= 0 or drafted >= batch_size:
+                continue
+            part = drafted / batch_size
+            shares.append(min(max(((seconds - plain) / uniform - part) / (1 - part), 0.0), 1.0))
+        return statistics.median(shares) if len(shares) >= MIN_STEPS else PRIOR_FIXED_SHARE

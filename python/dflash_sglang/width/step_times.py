@@ -1,25 +1,13 @@
-"""What the adaptive verify width learns between steps, from host-side data only (docs/adaptive.md).
+"""What decode steps cost as they run: the times behind the adaptive width's cost model
+(docs/adaptive.md; width/step_cost.py prices widths from them), from host-side data only.
 
-- Acceptance per request: SGLang's scheduler keeps, per request, a histogram of accepted drafts
-  per step (`Req.spec_correct_drafts_histogram`, host side, updated as each step's result is
-  processed). New entries are paired, oldest first, with the widths this worker verified the
-  request's steps at, and fed to the request's `AcceptanceProfile`. Under the overlap loop the
-  histogram lags one step: the pairing is by order, so the lag costs nothing but freshness.
-  Every step also feeds a pooled profile of all requests, and a new request starts from it (a
-  request's first steps are sized by what drafts achieve on this server, not by a flat prior);
-  the pool forgets (policy.POOL_HALF_LIFE), so it tells what drafts achieve now. Greedy and
-  sampled requests keep pools of their own as well, and a new request starts from its kind's once
-  that has seen a few steps: drafts fit a greedy request far better than one sampled at T 1.0
-  (about 4 tokens a step against 1.4 on the tiny pair), and while a mixed batch decodes plain for
-  most steps a request learns its own acceptance only from exploring steps, so its start decides
-  whether per-request lengths give it drafts at all.
-- Step cost: the seconds of each decode step by its batch size and width, and by its verify tokens
-  (batch size x width) for batch sizes without points of their own; the median of the last few
-  steps per key (one slow step, a CPU's scheduling hiccup, must not price a width out until it
-  runs again), adjacent keys within the timing noise pooled, a key timed once or twice never
-  raising a curve; steps of width 1 (no drafter) kept apart, by batch size.
-  Timed with CUDA events read a step later (never waiting) on a GPU, or the host clock on a CPU,
-  where the step computes synchronously.
+The seconds of each decode step by its batch size and width, and by its verify tokens (batch size
+x width) for batch sizes without points of their own; the median of the last few steps per key
+(one slow step, a CPU's scheduling hiccup, must not price a width out until it runs again),
+adjacent keys within the timing noise pooled, a key timed once or twice never raising a curve;
+steps of width 1 (no drafter) kept apart, by batch size, and ragged steps drafting part of the
+batch apart again (PartialSteps). Timed with CUDA events read a step later (never waiting) on a
+GPU, or the host clock on a CPU, where the step computes synchronously.
 Nothing here reads device data on the host.
 """
 
@@ -32,65 +20,7 @@ from collections.abc import Sequence
 
 import torch
 
-from .partial_steps import PartialSteps
-from .policy import AcceptanceProfile, StepCost, interpolate
-
-# A kind's own pool starts new requests once it has tested this many drafts at position 1 (counts
-# decay with the pool's forgetting); before that, the pool of all requests does.
-KIND_POOL_EVIDENCE = 4.0
-
-
-def greedy(req) -> bool:
-    """A greedy request (SGLang turns temperature 0 into top_k 1); one without sampling params too."""
-    params = getattr(req, "sampling_params", None)
-    return params is None or getattr(params, "top_k", 1) == 1
-
-
-class RequestAcceptance:
-    def __init__(self, positions: int, keep: int = 4096, pool_forget: float = 1.0):
-        self.positions, self.keep = positions, keep
-        self.entries: dict[str, tuple[AcceptanceProfile, list[int], deque]] = {}
-        self.pooled = AcceptanceProfile(positions, forget=pool_forget)  # recent steps weigh most
-        self.kinds = {kind: AcceptanceProfile(positions, forget=pool_forget) for kind in (True, False)}
-
-    def _entry(self, req):
-        entry = self.entries.get(req.rid)
-        if entry is None:
-            if len(self.entries) >= self.keep:  # forget the oldest requests, long finished
-                for rid in list(self.entries)[: self.keep // 2]:
-                    del self.entries[rid]
-            kind = self.kinds[greedy(req)]
-            pool = kind if kind.reached[0] >= KIND_POOL_EVIDENCE else self.pooled
-            profile = AcceptanceProfile(self.positions, prior_rates=pool.acceptance())
-            entry = self.entries[req.rid] = (profile, [], deque(maxlen=8))
-        return entry
-
-    def profiles(self, reqs) -> list[AcceptanceProfile]:
-        """Each request's profile, updated with the steps processed since the last call."""
-        out = []
-        for req in reqs:
-            profile, seen, pending = self._entry(req)
-            kind = self.kinds[greedy(req)]
-            histogram = req.spec_correct_drafts_histogram
-            seen.extend([0] * (len(histogram) - len(seen)))
-            for accepted, count in enumerate(histogram):
-                for _ in range(count - seen[accepted]):
-                    width = pending.popleft() if pending else self.positions + 1
-                    profile.record(width, accepted)
-                    self.pooled.record(width, accepted)
-                    kind.record(width, accepted)
-                seen[accepted] = count
-            out.append(profile)
-        return out
-
-    def recent_accepted_drafts(self) -> float:
-        """The drafts the server's recent steps accept a step at the whole block (pooled)."""
-        return self.pooled.expected_tokens(self.positions + 1) - 1
-
-    def verified(self, reqs, width: int, lengths: Sequence[int] | None = None) -> None:
-        """The width each request's step verified at (its own length, with per-request lengths)."""
-        for i, req in enumerate(reqs):
-            self._entry(req)[2].append(width if lengths is None else lengths[i])
+from .step_cost import PartialSteps, StepCost, interpolate
 
 
 class StepTimes:
@@ -121,7 +51,7 @@ class StepTimes:
     def start(self, batch_size: int, width: int, tokens: int | None = None, drafted: int | None = None):
         """A step of `width` a request, or of `tokens` verify tokens in all (per-request lengths:
         then priced at the nearest whole width by batch size, and by its own tokens); `drafted`:
-        a ragged step that drafted only that many of its requests (width/partial_steps.py)."""
+        a ragged step that drafted only that many of its requests (PartialSteps)."""
         key = (batch_size, width, tokens or batch_size * width, drafted)
         if not self.on_gpu and self.stopped_at is not None:
             self.gaps.append(time.perf_counter() - self.stopped_at)
@@ -167,7 +97,8 @@ class StepTimes:
         self.key_cache.pop((id(table), count), None)
 
     def points(self, table: dict) -> list[tuple[int, float]]:
-        """non_decreasing(table), from cached statistics of the keys that did not change."""
+        """The table's curve (non_decreasing_levels), from cached statistics of the keys that did not
+        change."""
         name = id(table)
         if name not in self.cached:
             keys = {}
@@ -196,7 +127,7 @@ class StepTimes:
         """Plain decoding not timed yet at this batch size. Its curve is by batch size, and one
         extrapolated from small batches can hide width 1 at a load never seen (a wide batch of
         requests whose drafts fail would verify width 2 forever). The worker times it only where
-        plain decoding could win at its least possible cost (policy.plain_could_win)."""
+        plain decoding could win at its least possible cost (ranking.plain_could_win)."""
         return batch_size not in self.plain
 
     def unmeasured_width(self, batch_size: int, widths: Sequence[int]) -> int | None:
@@ -225,16 +156,12 @@ NOISE_Z = 2.0
 SOLID = 3
 
 
-def non_decreasing(table: dict[int, deque]) -> list[tuple[int, float]]:
-    """The medians by key, made non-decreasing: keys timed fewer than SOLID times are left out
-    where they lie above the curve of the others (optimistic: a width priced too low runs and is
-    measured), then adjacent violators are pooled (isotonic least squares, each median weighted by
-    its steps), and so are adjacent keys whose medians differ by less than the timing noise."""
-    return non_decreasing_levels({count: key_stats(recent) for count, recent in table.items()})
-
-
 def non_decreasing_levels(keys: dict[int, tuple[float, int, float]]) -> list[tuple[int, float]]:
-    """non_decreasing from each key's statistics (key_stats)."""
+    """The keys' medians (key_stats), made non-decreasing: keys timed fewer than SOLID times are
+    left out where they lie above the curve of the others (optimistic: a width priced too low runs
+    and is measured), then adjacent violators are pooled (isotonic least squares, each median
+    weighted by its steps), and so are adjacent keys whose medians differ by less than the timing
+    noise."""
     solid = {count: stats for count, stats in keys.items() if stats[1] >= SOLID}
     if solid:
         reference = pooled_levels(solid)

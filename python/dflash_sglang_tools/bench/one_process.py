@@ -6,7 +6,7 @@ Why: on this CPU machine the same server, launched twice, ran the same width-8 s
 20-30% faster in one process than in the other, whatever the policy, and which was faster flipped
 between launches. A comparison of fresh servers pairs one process of each, so a policy gap of
 15-20% was not settled by eight pairs. Here one server switches its policy between bursts through
-`/set_internal_state` (dflash_sglang/width/runtime_policy.py), so each comparison runs in one
+`/set_internal_state` (dflash_sglang/width/runtime_switch.py), so each comparison runs in one
 process:
 - `per request`: the adaptive width, each request its own length (a chain server's default);
 - `one width a batch`: `dflash_request_lengths` 0 (a tree server's default);
@@ -45,7 +45,7 @@ from .tiny_prompts import EMBEDDED_PAIR
 
 
 def policies(fixed_widths: list[int], trees: bool = False, without: tuple[str, ...] = ()) -> dict[str, dict]:
-    """label: the runtime switches that make it (dflash_sglang/width/runtime_policy.py), the
+    """label: the runtime switches that make it (dflash_sglang/width/runtime_switch.py), the
     server's default first (per request on a chain, one budget a batch on a tree), `without` left out."""
     adaptive = {
         "per request": {"dflash_verify_width": 0, "dflash_request_lengths": 1},

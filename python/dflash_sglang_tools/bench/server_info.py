@@ -66,7 +66,7 @@ def flush_cache(url: str) -> bool:
 
 
 def set_internal_state(url: str, switches: dict) -> None:
-    """SGLang's /set_internal_state (a running server's switches: dflash_sglang/width/runtime_policy.py);
+    """SGLang's /set_internal_state (a running server's switches: dflash_sglang/width/runtime_switch.py);
     raises where any rank did not take them (the server's log says why)."""
     body = json.dumps({"server_args": switches}).encode()
     request = urllib.request.Request(

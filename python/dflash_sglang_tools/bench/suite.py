@@ -101,7 +101,7 @@ TP2_VARIANTS = [
 OVERLAP = {"SGLANG_ENABLE_SPEC_V2": "1"}
 
 
-# The adaptive width is the default on CPU (width/verify_width.py): "fixed" servers turn it off,
+# The adaptive width is the default on CPU (width/controller.py): "fixed" servers turn it off,
 # "adaptive" ones leave the switch unset, as a user launching the seed cards' commands would.
 FIXED, DEFAULT = {ADAPTIVE_WIDTH.name: "0"}, {ADAPTIVE_WIDTH.name: ""}
 
