@@ -10,7 +10,9 @@ row-law kernel too in the "every kernel" cases. The accepted lengths are equal r
 (the coins are the generator's first [bs, B-1] uniforms on both paths), the accepted prefixes are
 the drafts, and the added token is the inverse CDF of the torch path's own final law (captured at
 its torch.multinomial) at the kernel path's uniform (the generator's next [bs]); a token may differ
-only where that uniform is within 1e-5 of a CDF boundary (none did).
+only where that uniform is within 1e-5 of a CDF boundary (none did). Beside it: CPU logits never
+reach a kernel, the glue around the kernels reads no device data on the host, and what the kernels
+cannot read (DFlash2's candidate walk, no drafts, strided rows) stays torch.
 """
 
 import os
@@ -63,6 +65,24 @@ def test_cpu_keeps_the_torch_path(monkeypatch):
     for kwargs in ({}, {"proposal": proposal}, {"proposal": proposal, "block_verification": True}):
         result = sampled_verify.sampled_accept(drafts, logits, info, 6, **kwargs)
         assert ((result.lengths >= 1) & (result.lengths <= 6)).all()
+
+
+def test_the_kernel_branch_reads_no_device_data_on_the_host(monkeypatch):
+    """What runs around the kernels (coins, block weights and masses, q's rows, the tokens) has no
+    host read: the kernels stubbed by device-side stand-ins, under the host-sync guard."""
+    from dflash_sglang.runtime.host_sync import DeviceDataGuard
+    from tests.sampled_verify_triton_probe import FILTERS, inputs
+
+    monkeypatch.setattr(sampled_verify, "TRITON_ACCEPT_DEVICES", ("cpu",))
+    monkeypatch.setattr(accept_triton, "accept", lambda logits, law, drafts, *a: drafts[:, 0] * 0 + 1)
+    monkeypatch.setattr(accept_triton, "draw", lambda logits, law, drafts, accepted, *a, **k: accepted * 0)
+    logits, info, drafts, proposal = inputs(FILTERS["cards"], 2, torch.float32)
+    counts = torch.arange(drafts.shape[0]) % 6
+    params = [info.temperatures, info.top_ks, info.top_ps, info.min_ps]
+    with DeviceDataGuard([logits, drafts, counts, proposal.q_draft, proposal.features, *params]):
+        for kwargs in ({}, {"proposal": proposal}, {"proposal": proposal, "block_verification": True}):
+            result = sampled_verify.sampled_accept(drafts, logits, info, 6, draft_counts=counts, **kwargs)
+    assert result.lengths.shape == (drafts.shape[0],)
 
 
 def test_what_the_kernels_cannot_read_stays_torch(monkeypatch):
