@@ -154,7 +154,7 @@ def test_the_adaptive_width_is_exact_and_reports_what_ran(pair, adaptive, prompt
 
 
 def test_the_policy_switched_at_runtime_stays_exact_and_runs_what_it_says(pair, adaptive, prompt_ids):
-    """`/set_internal_state` (width/runtime_policy.py): whole blocks, then one width a batch, then
+    """`/set_internal_state` (width/runtime_switch.py): whole blocks, then one width a batch, then
     the default again, each burst equal to the reference; each switch logs the steps before it
     (whole blocks: only width 8; one width a batch: no ragged step); a bad value is refused."""
     want = [reference(pair, ids, MAX_NEW, BLOCK).tokens for ids in prompt_ids]
