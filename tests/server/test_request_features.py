@@ -3,7 +3,13 @@ the same way (token for token at temperature 0, float32), or refuse with a 4xx t
 feature while the server keeps serving.
 
 Both workers (the session's shared overlap server, every step checked for host syncs, and the
-plain one, block 4) against the shared no-spec server under the synchronous loop (conftest.py).
+plain one, block 4, whole blocks) against the shared no-spec server under the synchronous loop
+(conftest.py); and an overlap server of this module's own under the default policy, as users
+launch it (the adaptive width and per-request lengths), whose step record (step_records.py) shows
+feature requests verifying lengths of their own, narrower than the block or in a ragged step,
+while their answers stay no-spec's. The shared servers stay on whole blocks: on this pair on CPU
+the default policy decodes plain on over 90% of the steps, so the tests that share them would
+rarely verify a draft.
 Logprobs are compared to 1e-4: the verify computes a block of logits in one forward, the no-spec
 server one row at a time, which differ in the last float bits.
 """
@@ -13,12 +19,17 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from dflash_sglang.admission.request_checks import HIDDEN_STATES_MESSAGE
+from dflash_sglang.environment import ADAPTIVE_WIDTH
+from dflash_sglang_tools.testing.server import SGLangServer
 
+from .conftest import FEATURE_FLAGS, OVERLAP_CHECKED, SHARED_BLOCK, dflash_args
 from .pairs import chat_prompts, load
+from .step_records import assert_the_target_saw_what_the_policy_chose, read_steps, record_env
 
 MAX_NEW = 24
 LOGPROB_TOLERANCE = 1e-4  # absolute, plus 1e-5 relative (logprobs reach -60)
@@ -115,9 +126,21 @@ def prompt(pair8):
     return load(pair8.target, pair8.draft)[0](chat_prompts(10)[9])["input_ids"]
 
 
-@pytest.fixture(scope="module", params=["overlap", "plain"])
+@pytest.fixture(scope="module", params=["overlap", "plain", "default"])
 def dflash(request):
     return request.getfixturevalue(f"dflash8_{request.param}")
+
+
+@pytest.fixture(scope="module")
+def dflash8_default(pair8, tmp_path_factory):
+    """The overlap server as users launch it: the adaptive width and per-request lengths (the
+    session pins whole blocks; an empty switch reads as unset), every step recorded."""
+    steps = tmp_path_factory.mktemp("default_policy_steps")
+    env = {**OVERLAP_CHECKED, ADAPTIVE_WIDTH.name: "", **record_env(steps)}
+    with SGLangServer(pair8.target, [*dflash_args(pair8, SHARED_BLOCK), *FEATURE_FLAGS], env=env) as server:
+        server.steps = steps
+        server.warmup_steps = len(read_steps(steps))  # SGLang's warm-up request, before any test's
+        yield server
 
 
 def send(server, path: str, body: dict):
@@ -242,13 +265,50 @@ def test_hidden_states_are_refused_by_name_and_serving_goes_on(dflash, nospec8, 
     assert send(dflash, "/generate", plain)["output_ids"] == send(nospec8, "/generate", plain)["output_ids"]
 
 
-def test_mixed_features_in_one_batch(dflash, nospec8, prompt):
-    """Penalised, constrained, logprob and plain requests decoded together, each as alone."""
-    from concurrent.futures import ThreadPoolExecutor
+MIXED = ["additive_penalties", "json_schema", "top_logprobs_num", "plain", "min_new_tokens", "regex"]
+# Beside them, requests at temperature 1 whose drafts rarely fit: the policy gives them lengths
+# unlike the greedy ones', so the batch verifies ragged (test_verify_width's mixed batch).
+SAMPLED = generate({"temperature": 1.0, "ignore_eos": True})
+BURSTS = 4  # the policy times and probes before it exploits
 
-    cases = ["additive_penalties", "json_schema", "top_logprobs_num", "plain", "min_new_tokens", "regex"]
-    bodies = [{**CASES[c][1], "input_ids": prompt} for c in cases]
+
+def test_mixed_features_in_one_batch(dflash, nospec8, prompt):
+    """Penalised, constrained, logprob and plain requests decoded together, each as alone. Under
+    the default policy, with sampled requests in the batch, until the step record shows a feature
+    request verifying fewer positions than the block or in a ragged step: every step of the module
+    handed the target what the policy chose, drafts were verified and accepted among them (the
+    matrix did not run on plain decoding alone), and every burst equals no-spec."""
+    bodies = [{**CASES[c][1], "input_ids": prompt} for c in MIXED]
+    want = [comparable(send(nospec8, "/generate", body)) for body in bodies]
+    recorded = getattr(dflash, "steps", None)  # the shared servers verify whole blocks, unrecorded
+    if recorded:  # the matrix's steps, before this test's
+        matrix = read_steps(recorded)[dflash.warmup_steps :]
+        assert_the_target_saw_what_the_policy_chose(matrix)
+        assert any(max(step["accepted"]) > 1 for step in matrix), "no draft accepted in the matrix"
+    before = dflash.warmup_steps + len(matrix) if recorded else 0
+    for _ in range(BURSTS if recorded else 1):
+        sampled = [{**SAMPLED[1], "input_ids": prompt}] * (4 if recorded else 0)
+        together = decode_together(dflash, bodies + sampled)
+        for case, got, expected in zip(MIXED, together[: len(MIXED)], want, strict=True):
+            assert_same(comparable(got), expected, case)
+        if not recorded:
+            return
+        steps = read_steps(recorded)[before:]
+        assert_the_target_saw_what_the_policy_chose(steps)
+        features = {out["meta_info"]["id"] for out in together[: len(MIXED)]}
+        if own_lengths := [step for step in steps if verified_a_length_of_its_own(step, features)]:
+            break
+    assert own_lengths, f"feature requests verified whole blocks only, in uniform steps ({len(steps)} steps)"
+    assert all(step["chose"]["per_request"] for step in steps)  # the default: per-request lengths on
+
+
+def verified_a_length_of_its_own(step: dict, rids: set) -> bool:
+    """One of `rids` verified in a ragged step, or fewer positions than the block."""
+    lengths = dict(zip(step["rids"], step["target"]["lengths"], strict=True))
+    mine = [lengths[rid] for rid in rids & lengths.keys()]
+    return bool(mine) and (step["target"]["layout"] == "ragged" or min(mine) < SHARED_BLOCK)
+
+
+def decode_together(server, bodies: list[dict]) -> list[dict]:
     with ThreadPoolExecutor(len(bodies)) as pool:
-        together = list(pool.map(lambda b: send(dflash, "/generate", b), bodies))
-    for case, body, got in zip(cases, bodies, together, strict=True):
-        assert_same(comparable(got), comparable(send(nospec8, "/generate", body)), case)
+        return list(pool.map(lambda body: send(server, "/generate", body), bodies))
