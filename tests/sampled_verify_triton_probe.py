@@ -11,9 +11,14 @@ paths, and the kernel's final uniforms the next [bs]. The torch path's final law
 it is drawn (its torch.multinomial). Compared: the accepted lengths request for request, the
 accepted prefix, and the added token against the inverse CDF of the torch path's final law at the
 kernel path's uniform. Prints a JSON report as the last stdout line.
+
+With TWIN_CASES set ("point;sampled ragged", test_accept_twins.py, in a planted copy), it runs only
+those cases (the cards' filter, the torch row law; "argmax": the target's argmax as point drafts,
+so that whole blocks occur) and reports each request's length and inverse-CDF token too.
 """
 
 import json
+import os
 from types import SimpleNamespace
 
 import torch
@@ -85,24 +90,38 @@ def torch_path(call, seed: int):
     return result, torch.cat(laws)
 
 
-def compare(params: dict, mode: str, ragged: bool, seed: int, row_law: bool, dtype=torch.float32) -> dict:
+def torch_side(params: dict, mode: str, ragged: bool, seed: int, dtype=torch.float32):
+    """One case on the torch path: (the call, drafts, counts, its Acceptance, its final law, and
+    the kernel path's final uniforms: the generator's draws after the coins)."""
     logits, info, drafts, proposal = inputs(params, seed, dtype)
-    n = BLOCK - 1
+    if mode == "argmax":  # point drafts the target likes: whole blocks, bonus draws
+        drafts = logits.view(BS, BLOCK, VOCAB)[:, :-1].argmax(-1)
     counts = torch.arange(BS) % BLOCK if ragged else None
 
     def call(generator):
         return sampled_accept(
             drafts, logits, info, BLOCK, generator=generator, draft_counts=counts,
-            proposal=None if mode == "point" else proposal, block_verification=mode == "block",
+            proposal=None if mode in ("point", "argmax") else proposal, block_verification=mode == "block",
         )  # fmt: skip
 
     reference, law = torch_path(call, seed)
+    replay = torch.Generator().manual_seed(seed)
+    torch.rand(BS, BLOCK - 1, generator=replay)  # the coins
+    return call, drafts, counts, reference, law, torch.rand(BS, generator=replay)
+
+
+def torch_answers(mode: str, ragged: bool, seed: int) -> tuple[list, list]:
+    """A twin case's accepted lengths and inverse-CDF tokens on the torch path (no Triton)."""
+    _, _, _, reference, law, final_u = torch_side(FILTERS["cards"], mode, ragged, seed)
+    return reference.lengths.tolist(), inverse_cdf(law, final_u).tolist()
+
+
+def compare(params: dict, mode: str, ragged: bool, seed: int, row_law: bool, dtype=torch.float32) -> dict:
+    n = BLOCK - 1
+    call, drafts, counts, reference, law, final_u = torch_side(params, mode, ragged, seed, dtype)
     open_kernels(("cpu",), row_law)
     kernel = call(torch.Generator().manual_seed(seed))
     open_kernels(())
-    replay = torch.Generator().manual_seed(seed)
-    torch.rand(BS, n, generator=replay)  # the coins
-    final_u = torch.rand(BS, generator=replay)
     accepted = reference.lengths - 1
     token = kernel.tokens.gather(1, (kernel.lengths - 1).unsqueeze(1)).squeeze(1)
     expected = inverse_cdf(law, final_u)
@@ -120,7 +139,15 @@ def compare(params: dict, mode: str, ragged: bool, seed: int, row_law: bool, dty
         "torch_draws_differ": int(
             (reference.tokens.gather(1, accepted.unsqueeze(1)).squeeze(1) != expected).sum()
         ),
+        "lengths": reference.lengths.tolist(),
+        "expected": expected.tolist(),
     }
+
+
+def twin_cases(text: str) -> list[tuple[str, str, bool, int]]:
+    """TWIN_CASES="point;sampled ragged" -> (key, mode, ragged, seed), the cards' filter each."""
+    cases = [c.strip() for c in text.split(";") if c.strip()]
+    return [(f"cards {c}", c.split()[0], c.endswith("ragged"), 201 + i) for i, c in enumerate(cases)]
 
 
 CASES = [  # (filter, mode, ragged, every kernel)
@@ -132,6 +159,11 @@ CASES = [  # (filter, mode, ragged, every kernel)
 
 def main():
     report = {}
+    if os.environ.get("TWIN_CASES"):  # test_accept_twins: a planted copy's cases, torch row law
+        for key, mode, ragged, seed in twin_cases(os.environ["TWIN_CASES"]):
+            report[key] = compare(FILTERS["cards"], mode, ragged, seed, False)
+        print(json.dumps(report))
+        return
     for seed, (name, mode, ragged, every) in enumerate(CASES, start=101):
         key = f"{name} {mode}{' ragged' if ragged else ''}{', every kernel' if every else ''}"
         report[key] = compare(FILTERS[name], mode, ragged, seed, every)

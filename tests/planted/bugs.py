@@ -38,6 +38,16 @@ SAMPLED_VERIFY = "sampling/sampled_verify.py"
 TARGET_LAW = "sampling/target_law.py"
 SAMPLED_DRAFTS = "sampling/sampled_drafts.py"
 ROW_LAW_TRITON = "sampling/row_law_triton.py"
+ACCEPT_TRITON = "sampling/accept_triton.py"
+# accept_triton's texts the acceptance and draw twins edit (sampled_verify's CUDA branch).
+Q_DRAFT = "            u = u * tl.load(q_draft_ptr + req * n_draft + i)\n"
+DROP = "        drop = drop.to(torch.int32)\n"
+
+
+def point_only(line: str) -> Edit:
+    """A twin in the accept kernel for point drafts alone (q_draft_ptr None): `line` edits p."""
+    return Edit(ACCEPT_TRITON, Q_DRAFT, Q_DRAFT + "        else:\n            " + line + "\n")
+
 
 BUGS = {
     "no_residual": Bug(
@@ -46,6 +56,7 @@ BUGS = {
         "pass",
         "the resample keeps the rejected draft (draws from p, not from the residual)",
         "chain",
+        twins=(Edit(ACCEPT_TRITON, DROP, "        drop = torch.zeros_like(drop, dtype=torch.int32)\n"),),
     ),
     "accept_sqrt_p": Bug(
         SAMPLED_VERIFY,
@@ -53,6 +64,7 @@ BUGS = {
         "accepted_prefix_length(uniform < p_draft.sqrt())",
         "drafts accepted with probability sqrt(p)",
         "chain",
+        twins=(point_only("p = tl.sqrt(p)"),),
     ),
     "accept_p_squared": Bug(
         SAMPLED_VERIFY,
@@ -60,6 +72,7 @@ BUGS = {
         "accepted_prefix_length(uniform < p_draft.square())",
         "drafts accepted with probability p^2",
         "chain",
+        twins=(point_only("p = p * p"),),
     ),
     "draft_temperature_off": Bug(
         TARGET_LAW,
@@ -75,6 +88,13 @@ BUGS = {
         "return law.log_prob(scaled.flatten().unsqueeze(-1), at.flatten()).div(1.1).exp().view(bs, n_draft)",
         "drafts accepted with p(d) ** (1 / 1.1) (the draw after a rejection right): a mild tilt",
         "chain",
+        twins=(
+            Edit(
+                ACCEPT_TRITON,
+                "tl.exp(s - tl.load(log_norm_ptr + row))",
+                "tl.exp((s - tl.load(log_norm_ptr + row)) / 1.1)",
+            ),
+        ),
     ),
     "bonus_wrong_position": Bug(
         SAMPLED_VERIFY,
@@ -82,6 +102,13 @@ BUGS = {
         "row = torch.arange(bs, device=logits.device) * (n_draft + 1) + accepted.clamp_max(n_draft - 1)",
         "after a fully accepted block the bonus token is drawn from the last draft's row",
         "chain",
+        twins=(
+            Edit(
+                ACCEPT_TRITON,
+                "law  # unused\n",
+                "law  # unused\n        accepted = accepted.clamp_max(n_draft - 1)\n",
+            ),
+        ),
     ),
     "filter_before_temperature": Bug(
         TARGET_LAW,
@@ -164,6 +191,9 @@ BUGS = {
         "return final_law(weight, p_at, q_at * 0, accepted >= n_draft)",
         "sampled drafts: the draw after a rejection from p, not from normalise(max(p - q, 0))",
         "sampled chain",
+        twins=(
+            Edit(ACCEPT_TRITON, "tl.maximum(weight * p - q, 0.0)", "tl.maximum(weight * p - q * 0.0, 0.0)"),
+        ),
     ),
     "sampled_accept_sqrt": Bug(
         SAMPLED_VERIFY,
@@ -171,6 +201,14 @@ BUGS = {
         "accepted_prefix_length(uniform * proposal.q_draft.sqrt() < p_draft.sqrt())",
         "sampled drafts kept with probability min(1, sqrt(p / q))",
         "sampled chain",
+        twins=(
+            Edit(
+                ACCEPT_TRITON,
+                Q_DRAFT,
+                Q_DRAFT.replace("u * tl.load", "u * tl.sqrt(tl.load").replace("i)\n", "i))\n")
+                + "            p = tl.sqrt(p)\n",
+            ),
+        ),
     ),
     "sampled_q_wrong_position": Bug(
         SAMPLED_VERIFY,
@@ -178,6 +216,13 @@ BUGS = {
         "q_at = proposal.rows((accepted + 1) % n_draft, vocab)",
         "sampled drafts: the residual after a rejection takes q from the next position",
         "sampled chain",
+        twins=(
+            Edit(
+                SAMPLED_VERIFY,
+                "logits_at(accepted.clamp_max(n_draft - 1))",
+                "logits_at((accepted + 1) % n_draft)",
+            ),
+        ),
     ),
     "sampled_q_unnormalised": Bug(
         SAMPLED_DRAFTS,
@@ -193,5 +238,12 @@ BUGS = {
         "per-request lengths, sampled drafts (token by token or as a block): a request that kept all "
         "its own drafts draws its bonus from the residual of its next draft, not from p",
         "ragged",
+        twins=(
+            Edit(
+                SAMPLED_VERIFY,
+                "counts=draft_counts\n    )",
+                "counts=draft_counts if q is None else None\n    )",
+            ),
+        ),
     ),
 }

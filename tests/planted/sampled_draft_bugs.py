@@ -10,7 +10,7 @@ edit still finds its text. docs/reliability.md has which test catches each, on a
 
 from __future__ import annotations
 
-from .bugs import SAMPLED_VERIFY, Bug
+from .bugs import ACCEPT_TRITON, Q_DRAFT, SAMPLED_VERIFY, Bug, Edit
 
 SAMPLED_ACCEPT = "accepted_prefix_length(uniform * proposal.q_draft < p_draft)"
 
@@ -21,6 +21,7 @@ SAMPLED_DRAFT_BUGS = {
         "accepted_prefix_length(uniform < p_draft)",
         "sampled drafts kept with probability p(d), q ignored (the point-draft rule)",
         "sampled chain",
+        twins=(Edit(ACCEPT_TRITON, Q_DRAFT, "            u = u  # q ignored\n"),),
     ),
     "sampled_accept_ratio_squared": Bug(
         SAMPLED_VERIFY,
@@ -28,6 +29,14 @@ SAMPLED_DRAFT_BUGS = {
         "accepted_prefix_length(uniform * proposal.q_draft.square() < p_draft.square())",
         "sampled drafts kept with probability min(1, (p/q)^2)",
         "sampled chain",
+        twins=(
+            Edit(
+                ACCEPT_TRITON,
+                Q_DRAFT,
+                Q_DRAFT.replace("u = u * ", "q_d = ")
+                + "            u = u * q_d * q_d\n            p = p * p\n",
+            ),
+        ),
     ),
     "sampled_accept_ratio_inverted": Bug(
         SAMPLED_VERIFY,
@@ -35,5 +44,12 @@ SAMPLED_DRAFT_BUGS = {
         "accepted_prefix_length(uniform * p_draft < proposal.q_draft)",
         "sampled drafts kept with probability min(1, q/p), the ratio upside down",
         "sampled chain",
+        twins=(
+            Edit(
+                ACCEPT_TRITON,
+                Q_DRAFT,
+                Q_DRAFT.replace("u = u * ", "q_d = ") + "            u = u * p\n            p = q_d\n",
+            ),
+        ),
     ),
 }
