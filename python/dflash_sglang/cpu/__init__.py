@@ -16,7 +16,7 @@ SGLang's original. Three kinds, a folder each:
 
 Kernel stand-ins are installed only on a host without an accelerator; platform ones everywhere
 (those on torch itself only without an accelerator: on a GPU host they would only pass through).
-May import: errors, runtime/ and SGLang.
+May import: errors, environment, runtime/ and SGLang.
 """
 
 from __future__ import annotations

@@ -13,16 +13,17 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
-import os
+
+from ...environment import FORK_SUBPROCESSES
 
 logger = logging.getLogger(__name__)
 
 TARGET = "sglang.srt.entrypoints.engine._set_envs_and_config"
-SWITCH = "DFLASH_SGLANG_FORK_SUBPROCESSES"
+SWITCH = FORK_SUBPROCESSES.name
 
 
 def fork_requested() -> bool:
-    return os.environ.get(SWITCH, "").strip().lower() in ("1", "true", "yes", "on")
+    return FORK_SUBPROCESSES.value()
 
 
 def fork_subprocesses_on_cpu(original, server_args, *args, **kwargs):
