@@ -275,17 +275,14 @@ BURSTS = 4  # the policy times and probes before it exploits
 def test_mixed_features_in_one_batch(dflash, nospec8, prompt):
     """Penalised, constrained, logprob and plain requests decoded together, each as alone. Under
     the default policy, with sampled requests in the batch, until the step record shows a feature
-    request verifying fewer positions than the block or in a ragged step: every step of the module
-    handed the target what the policy chose, drafts were verified and accepted among them (the
-    matrix did not run on plain decoding alone), and every burst equals no-spec."""
+    request verifying fewer positions than the block or in a ragged step; then every step of the
+    module (the matrix's, where it ran, and these) handed the target what the policy chose, with
+    per-request lengths on, and drafts were verified and accepted among them (not plain decoding
+    alone)."""
     bodies = [{**CASES[c][1], "input_ids": prompt} for c in MIXED]
     want = [comparable(send(nospec8, "/generate", body)) for body in bodies]
     recorded = getattr(dflash, "steps", None)  # the shared servers verify whole blocks, unrecorded
-    if recorded:  # the matrix's steps, before this test's
-        matrix = read_steps(recorded)[dflash.warmup_steps :]
-        assert_the_target_saw_what_the_policy_chose(matrix)
-        assert any(max(step["accepted"]) > 1 for step in matrix), "no draft accepted in the matrix"
-    before = dflash.warmup_steps + len(matrix) if recorded else 0
+    before = len(read_steps(recorded)) if recorded else 0
     for _ in range(BURSTS if recorded else 1):
         sampled = [{**SAMPLED[1], "input_ids": prompt}] * (4 if recorded else 0)
         together = decode_together(dflash, bodies + sampled)
@@ -294,12 +291,14 @@ def test_mixed_features_in_one_batch(dflash, nospec8, prompt):
         if not recorded:
             return
         steps = read_steps(recorded)[before:]
-        assert_the_target_saw_what_the_policy_chose(steps)
         features = {out["meta_info"]["id"] for out in together[: len(MIXED)]}
         if own_lengths := [step for step in steps if verified_a_length_of_its_own(step, features)]:
             break
     assert own_lengths, f"feature requests verified whole blocks only, in uniform steps ({len(steps)} steps)"
-    assert all(step["chose"]["per_request"] for step in steps)  # the default: per-request lengths on
+    module = read_steps(recorded)[dflash.warmup_steps :]
+    assert_the_target_saw_what_the_policy_chose(module)
+    assert all(step["chose"]["per_request"] for step in module)  # the default: per-request lengths on
+    assert any(max(step["accepted"]) > 1 for step in module), "no draft accepted under the default policy"
 
 
 def verified_a_length_of_its_own(step: dict, rids: set) -> bool:
