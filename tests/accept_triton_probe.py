@@ -9,7 +9,8 @@ same uniform. Prints a JSON report as the last stdout line.
 """
 
 import json
-from types import SimpleNamespace
+import sys
+from pathlib import Path
 
 import torch
 
@@ -25,6 +26,9 @@ from dflash_sglang.sampling.sampled_verify import (
 )
 from dflash_sglang.sampling.target_law import RowLaw, plan_for, row_laws
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repository root
+from tests.planted.simulate import sampling_info  # noqa: E402
+
 BS, BLOCK, H = 64, 6, 32
 FILTERS = {
     "cards": {"temperature": 0.6, "top_k": 20, "top_p": 0.95},
@@ -38,22 +42,6 @@ VARIANTS = [  # (sampled, ragged, weighted)
     (False, False, False), (False, True, False),
     (True, False, False), (True, True, False), (True, False, True),
 ]  # fmt: skip
-
-
-def sampling_info(params: dict, rows: int) -> SimpleNamespace:
-    """The SamplingBatchInfo fields the verify reads (as tests/planted/simulate.py's)."""
-    top_k = params.get("top_k", 1 << 30)
-    return SimpleNamespace(
-        temperatures=torch.full((rows, 1), float(params.get("temperature", 1.0))),
-        top_ks=torch.full((rows,), top_k, dtype=torch.int32),
-        top_ps=torch.full((rows,), float(params.get("top_p", 1.0))),
-        min_ps=torch.full((rows,), float(params.get("min_p", 0.0))),
-        need_top_k_sampling=top_k < 1 << 30,
-        need_top_p_sampling="top_p" in params,
-        need_min_p_sampling="min_p" in params,
-        max_top_k=top_k if top_k < 1 << 30 else None,
-        is_all_greedy=False,
-    )
 
 
 def case(vocab: int, params: dict, seed: int, dtype=torch.float32):

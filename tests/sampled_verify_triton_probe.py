@@ -19,7 +19,8 @@ so that whole blocks occur) and reports each request's length and inverse-CDF to
 
 import json
 import os
-from types import SimpleNamespace
+import sys
+from pathlib import Path
 
 import torch
 
@@ -27,28 +28,15 @@ from dflash_sglang.sampling import sampled_verify, target_law
 from dflash_sglang.sampling.sampled_drafts import draw_drafts
 from dflash_sglang.sampling.sampled_verify import sampled_accept
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repository root
+from tests.planted.simulate import sampling_info  # noqa: E402
+
 BS, BLOCK, H, VOCAB = 48, 6, 32, 300
 MODES = ("point", "sampled", "block")
 FILTERS = {
     "cards": {"temperature": 0.6, "top_k": 20, "top_p": 0.95},
     "min_p": {"temperature": 0.8, "min_p": 0.05},
 }
-
-
-def sampling_info(params: dict, rows: int) -> SimpleNamespace:
-    """The SamplingBatchInfo fields the verify reads (as accept_triton_probe.py's)."""
-    top_k = params.get("top_k", 1 << 30)
-    return SimpleNamespace(
-        temperatures=torch.full((rows, 1), float(params["temperature"])),
-        top_ks=torch.full((rows,), top_k, dtype=torch.int32),
-        top_ps=torch.full((rows,), float(params.get("top_p", 1.0))),
-        min_ps=torch.full((rows,), float(params.get("min_p", 0.0))),
-        need_top_k_sampling=top_k < 1 << 30,
-        need_top_p_sampling="top_p" in params,
-        need_min_p_sampling="min_p" in params,
-        max_top_k=top_k if top_k < 1 << 30 else None,
-        is_all_greedy=False,
-    )
 
 
 def inverse_cdf(law: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
