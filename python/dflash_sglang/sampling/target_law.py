@@ -185,10 +185,16 @@ def row_cut(scaled, top_k, top_p, min_p, plan: LawPlan) -> torch.Tensor:
     return cut
 
 
+def is_greedy(sampling_info) -> bool:
+    """Whether the batch decodes greedily: every request at temperature 0 (SGLang's own flag), or
+    no sampling info at all (a warm-up). The one test the drafting and verify phases use."""
+    return sampling_info is None or sampling_info.is_all_greedy
+
+
 def draw_every_row(logits: torch.Tensor, sampling_info, width: int, reqs) -> torch.Tensor:
     """[bs, N] the target's token at every row (a tree's nodes): argmax, or one draw of its law,
     over row chunks (one multinomial each: on CPU the same draws as one call under one seed)."""
-    if sampling_info is None or sampling_info.is_all_greedy:
+    if is_greedy(sampling_info):
         return logits.argmax(-1).view(-1, width)
     law = row_laws(logits, sampling_info, width, plan_for(sampling_info, logits.shape[-1], reqs))
     drawn = torch.empty(logits.shape[0], dtype=torch.int64, device=logits.device)

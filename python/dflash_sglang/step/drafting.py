@@ -25,6 +25,7 @@ from ..runtime.block import Block, block_kv_plan, narrow
 from ..runtime.spec_info import host_read_bound
 from ..sampling.distribution import vocab_parallel_argmax, vocab_parallel_logits, vocab_parallel_topk
 from ..sampling.sampled_drafts import draw_drafts
+from ..sampling.target_law import is_greedy
 from ..tree import verify as tree_verify
 from ..width.request_lengths import drafted_rows
 from .deferred_context import DeferredContext
@@ -157,7 +158,7 @@ class Drafting:
             return domino_block_drafts(block_hidden, shift, logits_of, gru, proj, verified, embed, pool), None
         selector = drafter.candidate_selector
         info = batch.sampling_info
-        sample = self.sampled_drafts and info is not None and not info.is_all_greedy
+        sample = self.sampled_drafts and not is_greedy(info)
         if selector is None and sample:
             vocab = self.model_runner.model_config.vocab_size
             drafts, proposal = draw_drafts(hidden, logits_of, info, vocab, batch.reqs)

@@ -29,7 +29,7 @@ from ..runtime.spec_info import host_read_bound
 from ..sampling.accept import Acceptance, greedy_accept
 from ..sampling.penalties import PenaltyLedger
 from ..sampling.sampled_verify import sampled_accept
-from ..sampling.target_law import draw_every_row
+from ..sampling.target_law import draw_every_row, is_greedy
 from ..sampling.verify_logits import adjust_verify_logits, grammar_tree
 from ..tree import verify as tree_verify
 from . import ragged
@@ -52,7 +52,7 @@ class ChainRule:
     def __call__(self, batch, block: Block, logits: torch.Tensor, target_out, rows=None) -> Verified:
         """rows: per-request lengths (step/ragged.py), each request judged within its own."""
         info, size = batch.sampling_info, block.tokens.shape[1]
-        greedy = info is None or info.is_all_greedy
+        greedy = is_greedy(info)
         drafts = block.tokens[:, 1:]
         if greedy:
             capped = drafts if rows is None else ragged.cap_drafts(drafts, rows.lengths)
@@ -76,7 +76,7 @@ class SimulatedRule:
         """rows: always None (simulated acceptance verifies one width a batch: ragged_off_because)."""
         accepted = self.simulated.accept(block.tokens, logits.argmax(-1).view(-1, block.tokens.shape[1]))
         info = batch.sampling_info
-        return Verified(target_out, self.tp.accepted(accepted, greedy=info is None or info.is_all_greedy))
+        return Verified(target_out, self.tp.accepted(accepted, greedy=is_greedy(info)))
 
 
 class TreeRule:
@@ -88,7 +88,7 @@ class TreeRule:
     def __call__(self, batch, block: Block, logits: torch.Tensor, target_out, rows=None) -> Verified:
         """rows: per-request lengths (step/ragged.py), each request walking its first L_i nodes."""
         info, size = batch.sampling_info, block.tokens.shape[1]
-        greedy = info is None or info.is_all_greedy
+        greedy = is_greedy(info)
         predictions = self.tp.predictions(draw_every_row(logits, info, size, batch.reqs), greedy)
         lengths = None if rows is None else rows.lengths
         accepted, front = tree_verify.accept(block.tree, predictions, lengths)
