@@ -105,7 +105,7 @@ class DFlashWorker(BaseSpecWorker):
         self.window_size = get_spec().speculative_draft_window_size
         if self.window_size is not None:
             refuse_unsupported_setups(server_args, self.window_size)
-        self.drafter = DrafterStream(self.device, enabled=self.wants_drafter_stream(server_args))
+        self.drafter_stream = DrafterStream(self.device, enabled=self.wants_drafter_stream(server_args))
         self.simulated = SimulatedAcceptance.for_worker(self.tree, self.block_size, self.device)
         self.sampled_drafts, self.block_verification, drafts_are = drafts_at_temperature(
             self.draft_model, self.tree, self.simulated, spec.speculative_use_block_verification,
@@ -132,11 +132,11 @@ class DFlashWorker(BaseSpecWorker):
         eager_because = deferral_off_because(server_args)
         deferred = eager_because is None
         self.context = DeferredContext(
-            self.draft_model, self.draft_runner, self.drafter, deferred, self.block_size
+            self.draft_model, self.draft_runner, self.drafter_stream, deferred, self.block_size
         )
         # The step's three phases (step/drafting.py, step/verifying.py, step/committing.py).
         self.draft = Drafting(
-            self.model_runner, self.draft_runner, self.draft_model, self.drafter, self.tp,
+            self.model_runner, self.draft_runner, self.draft_model, self.drafter_stream, self.tp,
             self.block_size, self.device, self.context, self.tree, draft_vocab, self.sampled_drafts,
             partial=self.widths.partial_drafter,
         )  # fmt: skip
@@ -158,7 +158,7 @@ class DFlashWorker(BaseSpecWorker):
             type(self).__module__,
             type(self).__qualname__,
             self.schedule,
-            "on" if self.drafter.active else "off",
+            "on" if self.drafter_stream.active else "off",
             ", host-sync check on" if self.check_host_sync else "",
             self.block_size,
             self.widths.describe
@@ -181,7 +181,7 @@ class DFlashWorker(BaseSpecWorker):
         else:
             chain = ChainRule(self.tp, self.block_verification)
         trees = None if self.tree is None else TreeRule(self.tp, self.widths, self.model_runner)
-        return Verifying(self.target_worker, self.drafter, self.widths, self.tree, chain, trees)
+        return Verifying(self.target_worker, self.drafter_stream, self.widths, self.tree, chain, trees)
 
     # ---- SGLang's worker interface -----------------------------------------------------------
 
@@ -248,7 +248,7 @@ class DFlashWorker(BaseSpecWorker):
 
     def forward_batch_generation(self, batch, on_publish=None, grammar_barrier=None, pp_proxy_tensors=None):
         # No target forward may overwrite what a queued injection of the last step still reads.
-        self.drafter.join()
+        self.drafter_stream.join()
         guard = host_sync.DeviceDataGuard(host_sync.step_inputs(batch)) if self.check_host_sync else None
         with guard or contextlib.nullcontext():
             if batch.forward_mode.is_extend() or batch.is_extend_in_batch:
@@ -297,7 +297,7 @@ class DFlashWorker(BaseSpecWorker):
                 batch.req_pool_indices, batch.seq_lens, extend_lens, positions, sum(batch.extend_lens)
             )
         self.context.flush()  # what plain steps held first: a freed slot's new prompt wins
-        with self.drafter.run(hidden, positions, write_ids):
+        with self.drafter_stream.run(hidden, positions, write_ids):
             self.draft_model.write_context_kv(
                 self.draft_runner.token_to_kv_pool, hidden, positions, write_ids
             )
