@@ -25,6 +25,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from dflash_sglang.sampling import sampled_verify, target_law
 from dflash_sglang.sampling.sampled_drafts import DraftProposal
+from dflash_sglang_tools.bench.sampled_verify_time import cards_filter
 
 MIB = 1 << 20
 
@@ -62,21 +63,6 @@ def budget(extra_bytes: int):
         target_law.EXTRA_BYTES = saved
 
 
-def cards_info(bs: int) -> SimpleNamespace:
-    """The seed models' cards: T 0.6, top-k 20, top-p 0.95."""
-    return SimpleNamespace(
-        temperatures=torch.full((bs, 1), 0.6),
-        top_ks=torch.full((bs,), 20, dtype=torch.int32),
-        top_ps=torch.full((bs,), 0.95),
-        min_ps=torch.zeros(bs),
-        need_top_k_sampling=True,
-        need_top_p_sampling=True,
-        need_min_p_sampling=False,
-        max_top_k=20,
-        is_all_greedy=False,
-    )
-
-
 def inputs(
     bs: int, block: int, vocab: int, seed: int = 0, dtype=torch.float32, with_q=True
 ) -> SimpleNamespace:
@@ -89,12 +75,12 @@ def inputs(
     if not with_q:
         return SimpleNamespace(
             logits=logits,
-            info=cards_info(bs),
+            info=cards_filter(bs),
             law=target_law.row_laws(
-                logits, cards_info(bs), block, target_law.plan_for(cards_info(bs), vocab)
+                logits, cards_filter(bs), block, target_law.plan_for(cards_filter(bs), vocab)
             ),
         )
-    info = cards_info(bs)
+    info = cards_filter(bs)
     plan = target_law.plan_for(info, vocab)
     law = target_law.row_laws(logits, info, block, plan)
     q_law = target_law.row_laws(q_logits, info, n, plan)
