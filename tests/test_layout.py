@@ -17,7 +17,7 @@ TOOLS_PACKAGE = PYTHON / "dflash_sglang_tools"
 # Bottom to top: a module may import its own folder and the folders before it, never one after.
 LAYERS = [
     "errors", "environment", "runtime", "cpu", "sampling", "tree", "drafter", "width", "step", "admission",
-    "worker", "overlap", "plugin",  # the step and the entry point
+    "settings", "worker", "overlap", "plugin",  # the startup decisions, the step and the entry point
 ]  # fmt: skip
 TOOL_LAYERS = ["testing", "bench", "train", "soak", "gpu_check", "demo", "tree_sim"]
 # The engine-free definition: plain PyTorch and transformers, no SGLang.

@@ -31,7 +31,7 @@ from sglang.srt.model_executor.forward_batch_info import (
     CaptureHiddenMode,
     compute_position,
 )
-from sglang.srt.runtime_context import get_parallel, get_spec
+from sglang.srt.runtime_context import get_parallel
 from sglang.srt.speculative.base_spec_worker import BaseSpecWorker
 from sglang.srt.speculative.draft_worker_common import (
     build_draft_tp_worker,
@@ -39,29 +39,36 @@ from sglang.srt.speculative.draft_worker_common import (
 from sglang.srt.utils import async_h2d
 
 from .drafter.sglang_model import require_our_drafter
-from .errors import DFlashConfigError
 from .runtime import dp_attention, host_sync
 from .runtime.spec_info import DFlashDraftState
 from .runtime.streams import DrafterStream
 from .sampling.penalties import PenaltyLedger, PenaltyParams
 from .sampling.prewarm import prewarm_sampled_verify
-from .sampling.sampled_drafts import drafts_at_temperature
-from .sampling.simulated_acceptance import SimulatedAcceptance
+from .settings import DFlashSettings
 from .step.committing import Committing
-from .step.deferred_context import DeferredContext, deferral_off_because
-from .step.draft_window import allocate_window_pool, refuse_unsupported_setups
+from .step.deferred_context import DeferredContext
+from .step.draft_window import draft_window
 from .step.drafting import Drafting
 from .step.hybrid import RecurrentStateCommit
-from .step.ragged import ragged_off_because
 from .step.step_record import step_record
 from .step.tp_agreement import TpAgreement, draft_scope
 from .step.verifying import ChainRule, SimulatedRule, TreeRule, Verifying
-from .tree import verify as tree_verify
-from .tree.switches import tree_settings
-from .width.controller import VerifyWidth, adaptive_default_off_because
-from .width.request_lengths import partial_drafter_requested
+from .width.controller import VerifyWidth
 
 logger = logging.getLogger(__name__)
+
+
+def build_drafter(server_args, gpu_id: int, nccl_port: int, model_runner):
+    """SGLang's draft TpModelWorker and runner for our drafter, sharded like the target (as SGLang
+    builds drafters)."""
+    with draft_scope(model_runner):
+        return build_draft_tp_worker(
+            server_args=server_args,
+            gpu_id=gpu_id,
+            nccl_port=nccl_port,
+            target_model_config=model_runner.model_config,
+            algo_label="DFLASH",
+        )
 
 
 class DFlashWorker(BaseSpecWorker):
@@ -69,110 +76,44 @@ class DFlashWorker(BaseSpecWorker):
 
     def __init__(self, server_args, gpu_id: int, nccl_port: int, target_worker):
         super().__init__()
-        self.server_args = server_args
-        self._target_worker = target_worker
-        self.model_runner = target_worker.model_runner
-        self.device = target_worker.device
+        self.server_args, self._target_worker, self.device = server_args, target_worker, target_worker.device
         self.tp = TpAgreement()  # every TP rank commits rank 0's tokens (step/tp_agreement.py)
-        with draft_scope(self.model_runner):  # sharded like the target, as SGLang builds drafters
-            bundle = build_draft_tp_worker(
-                server_args=server_args,
-                gpu_id=gpu_id,
-                nccl_port=nccl_port,
-                target_model_config=self.model_runner.model_config,
-                algo_label="DFLASH",
-            )
-        self._draft_worker = bundle.draft_worker
-        self.draft_runner = bundle.draft_model_runner
+        bundle = build_drafter(server_args, gpu_id, nccl_port, self.model_runner)
+        self._draft_worker, self.draft_runner = bundle.draft_worker, bundle.draft_model_runner
         self.draft_model = require_our_drafter(bundle.draft_model)  # or the architecture, named
-        config = self.draft_model.config
-        config.validate_against(self.model_runner.model_config.hf_config)
-        captured = self.model_runner.spec_aux_config.dflash_target_layer_ids
-        if captured is not None and tuple(captured) != config.target_layer_ids:
-            raise DFlashConfigError(
-                f"dflash_config.target_layer_ids = {list(config.target_layer_ids)} but the target "
-                f"captures layers {list(captured)}"
-            )
-        # A tree verifies N nodes from a drafter block of B (tree/switches.py); a chain, B = N.
-        self.tree = tree_settings(server_args)
-        spec = get_spec()
-        block = spec.speculative_dflash_block_size if self.tree else spec.speculative_num_draft_tokens
-        self.block_size = int(block or config.block_size)
-        if self.block_size < 2:
-            raise DFlashConfigError(f"--speculative-num-draft-tokens = {self.block_size}: need >= 2")
+        # Every startup decision, once, and why where something is off (settings.py).
+        settings = DFlashSettings.resolve(type(self), server_args, target_worker, self.draft_model)
+        self.settings, self.block_size, self.tree = settings, settings.block_size, settings.tree
+        self.simulated, self.block_verification = settings.simulated, settings.block_verification
+        self.check_host_sync = settings.check_host_sync  # the step's guard
         self.draft_model.set_block_size(self.block_size)
-        # SGLang checked window >= block; the ring and its private pool come with the pools.
-        self.window_size = get_spec().speculative_draft_window_size
-        if self.window_size is not None:
-            refuse_unsupported_setups(server_args, self.window_size)
-        self.drafter_stream = DrafterStream(self.device, enabled=self.wants_drafter_stream(server_args))
-        self.simulated = SimulatedAcceptance.for_worker(self.tree, self.block_size, self.device)
-        self.sampled_drafts, self.block_verification, drafts_are = drafts_at_temperature(
-            self.draft_model, self.tree, self.simulated, spec.speculative_use_block_verification,
-        )  # fmt: skip
+        self.drafter_stream = DrafterStream(self.device, enabled=settings.drafter_stream)
         # How much of each block (or how many tree nodes) a step verifies (width/controller.py),
         # for the whole batch or request by request (step/ragged.py).
-        tree_nodes = self.tree.width if self.tree else None
-        off_because = adaptive_default_off_because(self.model_runner)
-        tp_group = get_parallel().tp_group
         self.widths = VerifyWidth(
-            self.block_size, self.device, tp_group, tree_nodes, off_because,
-            metrics=bool(server_args.enable_metrics), tp_rank=getattr(tp_group, "rank_in_group", 0),
-            ragged_off_because=ragged_off_because(self.model_runner, self.tree, self.simulated),
-            partial_drafter=partial_drafter_requested(self.window_size),
+            self.block_size, self.device, get_parallel().tp_group, settings.tree_nodes,
+            settings.adaptive_default_off_because, metrics=settings.enable_metrics, tp_rank=settings.tp_rank,
+            ragged_off_because=settings.ragged_off_because, partial_drafter=settings.partial_drafter,
         )  # fmt: skip
-        draft_vocab = None  # a tree's: the drafter's log q
-        if self.tree is not None:  # refuses what trees do not serve yet
-            model = self.draft_model  # DFlash2 and Domino draft one path
-            one_path = model.candidate_selector is not None or model.prefix_gru is not None
-            draft_vocab = tree_verify.prepare(
-                self.tree, self.block_size, server_args, self.model_runner, one_path
-            )
         # The draft KV's injection, held over plain steps until the drafter reads it.
-        eager_because = deferral_off_because(server_args)
-        deferred = eager_because is None
         self.context = DeferredContext(
-            self.draft_model, self.draft_runner, self.drafter_stream, deferred, self.block_size
+            self.draft_model, self.draft_runner, self.drafter_stream, settings.defers_context, self.block_size
         )
         # The step's three phases (step/drafting.py, step/verifying.py, step/committing.py).
+        window = draft_window(settings.window_size, self.block_size, self.device)  # pool: alloc_memory_pool
         self.draft = Drafting(
             self.model_runner, self.draft_runner, self.draft_model, self.drafter_stream, self.tp,
-            self.block_size, self.device, self.context, self.tree, draft_vocab, self.sampled_drafts,
-            partial=self.widths.partial_drafter,
+            self.block_size, self.device, self.context, self.tree, settings.draft_vocab,
+            settings.sampled_drafts, partial=self.widths.partial_drafter, window=window,
         )  # fmt: skip
         self.verify = self.verify_phase()
-        self.commit = Committing(self.context)
+        # A hybrid target's recurrent-state commit, bound with the backends (init_attention_backends).
+        recurrent_state = RecurrentStateCommit(target_worker, self.widths.widest, self.tree is not None)
+        self.commit = Committing(self.context, recurrent_state)
         # Testing: what each step handed the target (DFLASH_SGLANG_STEP_RECORD), else None.
-        self.step_record = self.verify.record = step_record(
-            self.widths, getattr(tp_group, "rank_in_group", 0)
-        )
-        if self.simulated is not None:
-            logger.warning("dflash_sglang: %s: simulated acceptance, for benchmarking only; the "
-                           "output is not the target's", self.simulated.describe)  # fmt: skip
+        self.step_record = self.verify.record = step_record(self.widths, settings.tp_rank)
         self.penalties: PenaltyLedger | None = None  # allocated by the first penalised request
-        self.check_host_sync = host_sync.enabled()
-        logger.info(
-            "dflash_sglang: DFLASH served by %s.%s (%s schedule, drafter stream %s%s; block size %d, "
-            "verify width %s, draft window %s, draft layers %d, target layers %s; drafts at T > 0: %s; "
-            "plain steps' context %s)",
-            type(self).__module__,
-            type(self).__qualname__,
-            self.schedule,
-            "on" if self.drafter_stream.active else "off",
-            ", host-sync check on" if self.check_host_sync else "",
-            self.block_size,
-            self.widths.describe
-            if self.tree is None
-            else f"a tree of {self.tree.width} nodes, {self.widths.describe}",
-            self.window_size or "off",
-            config.num_hidden_layers,
-            list(config.target_layer_ids),
-            drafts_are,
-            "deferred" if deferred else f"injected at once ({eager_because})",
-        )
-
-    def wants_drafter_stream(self, server_args) -> bool:
-        return False
+        logger.info(settings.startup_line(self.widths.describe))
 
     def verify_phase(self) -> Verifying:
         """The verify phase, its acceptance rules chosen here, once (step/verifying.py)."""
@@ -184,11 +125,20 @@ class DFlashWorker(BaseSpecWorker):
         return Verifying(self.target_worker, self.drafter_stream, self.widths, self.tree, chain, trees)
 
     # ---- SGLang's worker interface -----------------------------------------------------------
+    # What SGLang reads on a spec worker, and nothing else: these, and BaseSpecWorker's own
+    # (hicache_draft_plan, graph_memory_usage, last_shared_read_runner, clear_cache_pool, ...).
+    # No forwarding: a name not defined here is an AttributeError, never the target worker's
+    # (tests/test_worker_interface.py checks both against SGLang's scheduler).
 
     @property
     def target_worker(self):
         """SGLang's TpModelWorker of the target (as BaseSpecWorker's property reads it)."""
         return self._target_worker
+
+    @property
+    def model_runner(self):
+        """The target's ModelRunner (SGLang's weight exporter reads it, as on the built-in)."""
+        return self._target_worker.model_runner
 
     @property
     def draft_worker(self):
@@ -201,7 +151,8 @@ class DFlashWorker(BaseSpecWorker):
     def alloc_memory_pool(
         self, memory_pool_config=None, req_to_token_pool=None, token_to_kv_pool_allocator=None
     ):
-        if self.window_size is None:
+        window = self.draft.window  # the drafter's ring, with --speculative-draft-window-size
+        if window is None:
             # The draft pool shares the target's slot ids and request table: a slot holds the
             # target's KV in the target pool and the injected context KV in the draft pool.
             self._draft_worker.alloc_memory_pool(
@@ -210,22 +161,16 @@ class DFlashWorker(BaseSpecWorker):
                 token_to_kv_pool_allocator=token_to_kv_pool_allocator,
             )
             return
-        window = self.draft.window = allocate_window_pool(
-            self._draft_worker, memory_pool_config, req_to_token_pool, token_to_kv_pool_allocator,
-            self.window_size, self.block_size, self.device,
-        )  # fmt: skip
+        window.allocate(self._draft_worker, memory_pool_config, req_to_token_pool, token_to_kv_pool_allocator)
         logger.info(
             "dflash_sglang: draft window %d: draft KV pool of %d slots (%d requests x %d), target pool %d",
-            self.window_size, self.draft_runner.token_to_kv_pool.size, window.max_requests,
+            window.window, self.draft_runner.token_to_kv_pool.size, window.max_requests,
             window.ring, self.model_runner.token_to_kv_pool.size,
         )  # fmt: skip
 
     def init_attention_backends(self):
         self._draft_worker.init_attention_backends()
-        # After the target's backends exist: hybrid targets commit their recurrent state.
-        self.commit.recurrent_state = RecurrentStateCommit(
-            self.target_worker, self.widths.widest, self.tree is not None
-        )
+        self.commit.recurrent_state.bind()  # after the target's backends: a hybrid target's state
 
     def init_cuda_graphs(self):
         # The draft runs eager for now (no decode graph); the target's verify graphs are SGLang's.
@@ -233,18 +178,14 @@ class DFlashWorker(BaseSpecWorker):
 
     def prewarm_sampling(self):
         # SGLang sizes the KV pool after this: rehearse our sampled verify's worst-case memory.
-        return prewarm_sampled_verify(self.model_runner, self.widths.widest, draws=self.sampled_drafts)
+        return prewarm_sampled_verify(
+            self.model_runner, self.widths.widest, draws=self.settings.sampled_drafts
+        )
 
     def weight_update_runners(self):
         # The drafter takes only its own tensors from an update (sglang_draft.load_weights): a
         # target checkpoint leaves it as it is, like a fresh server on the new target would.
         return [("draft", self.draft_runner)]
-
-    def __getattr__(self, name):
-        # Everything else (memory info, weight updates, ...) is the target worker's.
-        if name == "_target_worker":  # not set yet: no recursion
-            raise AttributeError(name)
-        return getattr(self._target_worker, name)
 
     def forward_batch_generation(self, batch, on_publish=None, grammar_barrier=None, pp_proxy_tensors=None):
         # No target forward may overwrite what a queued injection of the last step still reads.

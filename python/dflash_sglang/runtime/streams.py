@@ -22,6 +22,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 
 import torch
+from sglang.srt.runtime_context import get_memory
 
 from ..environment import DRAFTER_STREAM
 
@@ -32,6 +33,22 @@ def drafter_stream_wanted() -> bool:
     """On unless DFLASH_SGLANG_DRAFTER_STREAM is off: the overlap worker with the drafter's work
     on main instead, to time a step with and without the second stream."""
     return DRAFTER_STREAM.value()
+
+
+def drafter_stream_off_because(schedule: str, device) -> str | None:
+    """Why the drafter's work stays on main (None: it runs on its own CUDA stream)."""
+    if schedule != "overlap":  # the synchronous loop waits for every step anyway
+        return "the synchronous schedule"
+    # Hierarchical cache and the unified pool move KV on their own streams, ordered only
+    # against the forward stream: keep draft-KV writes there.
+    memory = get_memory()
+    if memory.enable_hierarchical_cache or memory.enable_unified_memory:
+        return "the hierarchical cache or the unified pool moves KV against the forward stream only"
+    if not drafter_stream_wanted():
+        return f"{ENV_FLAG}=0"  # A/B timings
+    if torch.device(device).type != "cuda":
+        return "no CUDA device"
+    return None
 
 
 class DrafterStream:

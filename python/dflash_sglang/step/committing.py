@@ -16,6 +16,7 @@ from ..runtime.block import Block
 from ..runtime.spec_info import DFlashDraftState
 from ..sampling.penalties import PenaltyLedger
 from .deferred_context import DeferredContext
+from .hybrid import RecurrentStateCommit
 from .request_outputs import attach_request_outputs
 from .verifying import Verified
 
@@ -23,9 +24,9 @@ from .verifying import Verified
 class Committing:
     """The commit phase: what a verified block leaves behind, for the scheduler and the drafter."""
 
-    def __init__(self, context: DeferredContext):
+    def __init__(self, context: DeferredContext, recurrent_state: RecurrentStateCommit):
         self.context = context  # the draft KV's injection, held over plain steps
-        self.recurrent_state = None  # step/hybrid.py's, once the target's backends exist
+        self.recurrent_state = recurrent_state  # a hybrid target's (step/hybrid.py), bound with the backends
 
     def __call__(self, batch, block: Block, verified: Verified, penalties: PenaltyLedger | None, on_publish):
         target_out, accepted = verified.target_out, verified.accepted

@@ -31,14 +31,36 @@ SINK = 0
 
 
 class DraftWindow:
-    def __init__(self, window: int, block_size: int, max_requests: int, device):
-        self.window = window
-        self.max_requests = max_requests
+    """Built at startup; its private pool comes when SGLang allocates the pools (`allocate`)."""
+
+    def __init__(self, window: int, block_size: int, device):
+        self.window, self.block_size, self.device = window, block_size, device
         self.ring = window + block_size
         self.offsets = torch.arange(self.ring, device=device)
+        self.max_requests = 0  # request rows, the padding row included: known with the pools
         # The first position each request slot's ring holds (set at the request's first prefill).
-        self.start = torch.zeros(max_requests, dtype=torch.int64, device=device)
+        self.start = torch.zeros(0, dtype=torch.int64, device=device)
         self.owner: dict[int, str] = {}  # request slot -> rid whose ring it holds
+
+    def allocate(self, draft_worker, memory_pool_config, req_to_token_pool, allocator) -> None:
+        """The draft worker's private request table and KV pool: W + B ring slots per request row."""
+        requests = req_to_token_pool.req_to_token.shape[0]  # rows, the padding row included
+        tokens = self.pool_tokens(self.window, self.block_size, requests)
+        sized = {"max_total_num_tokens": tokens}
+        for field in ("full_max_total_num_tokens", "swa_max_total_num_tokens"):
+            if getattr(memory_pool_config, field, None) is not None:
+                sized[field] = tokens
+        # The target's allocator only satisfies SGLang's DFLASH draft setup; ring slots are ours.
+        config = dataclasses.replace(memory_pool_config, **sized)
+        draft_worker.alloc_memory_pool(memory_pool_config=config, token_to_kv_pool_allocator=allocator)
+        own = draft_worker.model_runner.req_to_token_pool.req_to_token
+        if own.shape[0] < requests or own.shape[1] < self.ring:
+            raise DFlashConfigError(
+                f"the draft window's request table is {tuple(own.shape)}, "
+                f"need at least ({requests}, {self.ring})"
+            )
+        self.max_requests = requests
+        self.start = torch.zeros(requests, dtype=torch.int64, device=self.device)
 
     @staticmethod
     def pool_tokens(window: int, block_size: int, max_requests: int) -> int:
@@ -113,23 +135,6 @@ def refuse_unsupported_setups(server_args, window: int) -> None:
         )
 
 
-def allocate_window_pool(
-    draft_worker, memory_pool_config, req_to_token_pool, allocator, window: int, block_size: int, device
-) -> DraftWindow:
-    """The draft worker's private request table and KV pool: W + B ring slots per request row."""
-    requests = req_to_token_pool.req_to_token.shape[0]  # rows, the padding row included
-    tokens = DraftWindow.pool_tokens(window, block_size, requests)
-    sized = {"max_total_num_tokens": tokens}
-    for field in ("full_max_total_num_tokens", "swa_max_total_num_tokens"):
-        if getattr(memory_pool_config, field, None) is not None:
-            sized[field] = tokens
-    # The target's allocator only satisfies SGLang's DFLASH draft setup; ring slots are ours.
-    config = dataclasses.replace(memory_pool_config, **sized)
-    draft_worker.alloc_memory_pool(memory_pool_config=config, token_to_kv_pool_allocator=allocator)
-    own = draft_worker.model_runner.req_to_token_pool.req_to_token
-    if own.shape[0] < requests or own.shape[1] < window + block_size:
-        raise DFlashConfigError(
-            f"the draft window's request table is {tuple(own.shape)}, "
-            f"need at least ({requests}, {window + block_size})"
-        )
-    return DraftWindow(window, block_size, requests, device)
+def draft_window(window: int | None, block_size: int, device) -> DraftWindow | None:
+    """The drafter's ring with --speculative-draft-window-size W, unallocated; None without."""
+    return None if window is None else DraftWindow(window, block_size, device)

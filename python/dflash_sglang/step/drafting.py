@@ -35,11 +35,12 @@ from .tp_agreement import TpAgreement
 
 class Drafting:
     """The draft phase: one drafter forward over each request's block, and its drafts (a chain, or a
-    tree of N nodes). What it reads is given here; the draft window arrives with the pools."""
+    tree of N nodes). What it reads is given here; the draft window's ring is allocated with the pools."""
 
     def __init__(self, model_runner, draft_runner, draft_model, stream, tp: TpAgreement, block_size: int,
                  device, context: DeferredContext, tree=None, draft_vocab=None,
-                 sampled_drafts: bool = False, partial: bool = False):  # fmt: skip
+                 sampled_drafts: bool = False, partial: bool = False,
+                 window: DraftWindow | None = None):  # fmt: skip
         self.model_runner, self.draft_runner, self.draft_model = model_runner, draft_runner, draft_model
         self.stream = stream  # the drafter's CUDA stream (runtime/streams.py)
         self.tp = tp  # sampled drafts: every TP rank verifies rank 0's draws
@@ -51,7 +52,7 @@ class Drafting:
         self.mask_token_id = draft_model.config.mask_token_id
         self.block_offsets = torch.arange(block_size, device=device)
         self.draft_block_info = make_draft_block_spec_info(draft_token_num=block_size, device=device)
-        self.window: DraftWindow | None = None  # --speculative-draft-window-size, once pools exist
+        self.window = window  # --speculative-draft-window-size: the drafter's ring (step/draft_window.py)
 
     def __call__(self, batch, state, width: int, lengths: tuple[int, ...] | None = None) -> Block:
         with self.stream.run():

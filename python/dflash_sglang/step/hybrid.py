@@ -79,19 +79,26 @@ def refuse_what_the_ring_cannot_verify(ring_length: int, widest: int, trees: boo
 
 
 class RecurrentStateCommit:
-    """Lands the accepted step's linear-attention state in the live (and track) slot."""
+    """Lands the accepted step's linear-attention state in the live (and track) slot. Built at
+    startup, inactive until `bind`: the target's pools and backends come later."""
 
     def __init__(self, target_worker, widest: int, trees: bool = False):
-        self.target_worker = target_worker
+        self.target_worker, self.widest, self.trees = target_worker, widest, trees
         model_runner = self.model_runner = target_worker.model_runner
-        backend = model_runner.attn_backend
-        self.active = mambaish_config(model_runner.model_config) is not None and hasattr(
-            backend, "update_mamba_state_after_mtp_verify"
-        )
-        self.ring_length = replay_ring_length(model_runner) if self.active else None
+        self.hybrid = mambaish_config(model_runner.model_config) is not None
+        self.active = False  # a hybrid target's, once bound
+        self.ring_length = None  # ReplaySSM's ring, once the pools exist
         self.memory = None  # what a request's recurrent state costs (step/recurrent_memory.py)
+
+    def bind(self) -> None:
+        """Once the target's attention backends exist (the pools before them): whether this target
+        commits a recurrent state, and how (per-position snapshots or ReplaySSM's ring)."""
+        model_runner, widest, trees = self.model_runner, self.widest, self.trees
+        backend = model_runner.attn_backend
+        self.active = self.hybrid and hasattr(backend, "update_mamba_state_after_mtp_verify")
         if not self.active:
             return
+        self.ring_length = replay_ring_length(model_runner)
         if self.ring_length is not None:
             refuse_what_the_ring_cannot_verify(self.ring_length, widest, trees)
         hf_config = model_runner.model_config.hf_config
