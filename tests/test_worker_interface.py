@@ -17,7 +17,8 @@ SRT = Path(importlib.util.find_spec("sglang.srt.managers.scheduler").origin).par
 HOLDERS = ["managers/scheduler.py", "managers/scheduler_pp_mixin.py", "managers/scheduler_components/*.py",
            "disaggregation/*.py"]  # fmt: skip
 READ = re.compile(r"\b(?:draft_worker|model_worker)\.([A-Za-z_]\w*)")
-ASKED = re.compile(r"(?:getattr|hasattr)\(\s*(?:self\.)?(?:scheduler\.)?(?:draft_worker|model_worker),\s*\"(\w+)\"")
+HOLDER = r"(?:self\.)?(?:scheduler\.)?(?:draft_worker|model_worker)"
+ASKED = re.compile(r"(?:getattr|hasattr)\(\s*" + HOLDER + r",\s*\"(\w+)\"")
 # What SGLang reads only on other workers: behind an algorithm check, or by getattr with a default.
 NOT_OURS = {
     "dump_info_records", "set_dspark_forced_budget_frac", "clear_info_records",  # DSpark's
