@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: install system-libs test test-fast lint serve serve-hybrid demo bench bench-adaptive bench-first-burst bench-mixed bench-one-process bench-sampled-drafts bench-sampling-memory tiny-pair tiny-hybrid-pair tiny-dflash2 gpu-check soak planted law-power
+.PHONY: install system-libs test test-fast lint serve serve-hybrid demo bench bench-adaptive bench-first-burst bench-mixed bench-one-process bench-sampled-drafts bench-sampling-memory bench-step-profile tiny-pair tiny-hybrid-pair tiny-dflash2 gpu-check soak planted law-power
 
 install: system-libs
 	python3 -m venv $(VENV)
@@ -97,6 +97,14 @@ bench-sampled-drafts:
 # (docs/benchmarks.md, "Sampled verify at production sizes").
 bench-sampling-memory:
 	$(PY) -m dflash_sglang_tools.bench.sampling_memory
+
+# Where a decode step's time goes, ours (both loops) against the built-in, by phase: py-spy samples
+# of the scheduler process over the same load (docs/benchmarks.md, "One step by phase"). py-spy is
+# a profiler, not a dependency: the target installs it into the venv.
+PROFILE_ARGS ?=
+bench-step-profile:
+	$(PY) -m pip install -q "py-spy>=0.4"
+	$(PY) -m dflash_sglang_tools.bench.step_profile $(PROFILE_ARGS)
 
 # Retrains the embedded tiny pair (target, drafter, held-out prompts, measured acceptance) from
 # the standard library's source: deterministic on one machine (one thread), about half an hour on

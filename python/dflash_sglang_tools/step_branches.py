@@ -41,7 +41,9 @@ def load(root: Path) -> dict[str, Module]:
         package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
         for node in module.tree.body:
             if isinstance(node, ast.ImportFrom) and node.level:
-                base = ".".join(package[: len(package) - node.level + 1] + ([node.module] if node.module else []))
+                base = ".".join(
+                    package[: len(package) - node.level + 1] + ([node.module] if node.module else [])
+                )
                 for alias in node.names:
                     module.imports[alias.asname or alias.name] = f"{base}:{alias.name}".lstrip(".")
             elif isinstance(node, ast.FunctionDef):
@@ -75,7 +77,11 @@ class Walker:
         module_name, _, attr = ref.partition(":")
         module = self.modules.get(module_name)
         if module is None:
-            return (self.modules[f"{module_name}.{attr}"], None) if f"{module_name}.{attr}" in self.modules else None
+            return (
+                (self.modules[f"{module_name}.{attr}"], None)
+                if f"{module_name}.{attr}" in self.modules
+                else None
+            )
         if attr in module.classes or attr in module.functions:
             return module, module.classes.get(attr) or module.functions.get(attr)
         if attr in module.imports:
@@ -115,7 +121,7 @@ class Walker:
                 targets = targets[0].elts
             elif len(values) != len(targets):
                 values = [node.value] * len(targets)
-            for target, value in zip(targets, values):
+            for target, value in zip(targets, values, strict=False):
                 hit = self.class_of_value(module, cls, value, typed)
                 if hit and self_attribute(target):
                     found[target.attr] = hit
@@ -129,7 +135,11 @@ class Walker:
         func = value.func
         if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self":
             method = self.method(module, cls, func.attr)  # self.x = self.build_x(): its return type
-            return method is not None and method.returns is not None and self.class_of_annotation(module, method.returns)
+            return (
+                method is not None
+                and method.returns is not None
+                and self.class_of_annotation(module, method.returns)
+            )
         return self.class_of_call(module, func)
 
     def class_of_annotation(self, module, annotation):
@@ -190,7 +200,11 @@ class Walker:
             elif func.attr in attrs:  # a phase called: its __call__
                 self.call_method(*attrs[func.attr], "__call__")
             return
-        if isinstance(owner, ast.Attribute) and isinstance(owner.value, ast.Name) and owner.value.id == "self":
+        if (
+            isinstance(owner, ast.Attribute)
+            and isinstance(owner.value, ast.Name)
+            and owner.value.id == "self"
+        ):
             if owner.attr in attrs:  # self.phase.method(...)
                 self.call_method(*attrs[owner.attr], func.attr)
             else:

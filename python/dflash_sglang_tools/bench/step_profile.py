@@ -1,6 +1,6 @@
 """`make bench-step-profile`: where a decode step's time goes, ours against SGLang's built-in, by phase.
 
-    python -m dflash_sglang_tools.bench.step_profile --concurrency 1,8
+    python -m dflash_sglang_tools.bench.step_profile --concurrency 1,4,8 --num-prompts 64
 
 Each server (the tiny pair on CPU, one at a time) serves the same load while py-spy samples its
 scheduler process (`py-spy record --format raw`, the stacks with line numbers). Each sample is put
@@ -43,7 +43,8 @@ from .prompts import load_prompts, take
 from .server_info import describe
 from .tiny_prompts import EMBEDDED_PAIR
 
-RATE = 200  # samples a second
+RATE = 100  # samples a second
+PY_SPY = shutil.which("py-spy") or shutil.which("py-spy", path=str(Path(sys.executable).parent))
 
 
 @dataclass
@@ -104,7 +105,11 @@ def our_phase(func: str, inner: list[str]) -> str:
 
 def is_model(frame: str) -> bool:
     match = FRAME.match(frame.strip())
-    return bool(match) and match["func"].split(".")[-1] == "forward" and match["file"].endswith("model_runner.py")
+    return (
+        bool(match)
+        and match["func"].split(".")[-1] == "forward"
+        and match["file"].endswith("model_runner.py")
+    )
 
 
 def scheduler_pid(server: SGLangServer) -> int:
@@ -124,14 +129,16 @@ def profile(entry: Server, pair: Path, prompts, sampling: Sampling, concurrency:
         asyncio.run(run_level(server.base_url, model, prompts[:2], sampling, 2, "warm-up"))
         raw = out / f"{re.sub(r'[^a-z0-9]+', '-', entry.label)}-c{concurrency}.txt"
         spy = subprocess.Popen(
-            ["py-spy", "record", "--pid", str(scheduler_pid(server)), "--format", "raw", "--full-filenames", "--rate", str(RATE),
-             "--nonblocking", "--output", str(raw)],
+            [PY_SPY, "record", "--pid", str(scheduler_pid(server)), "--format", "raw", "--full-filenames",
+             "--rate", str(RATE), "--output", str(raw)],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
         time.sleep(1.0)
         scheduler = psutil.Process(scheduler_pid(server))
         before = scheduler.cpu_times()
-        done, duration = asyncio.run(run_level(server.base_url, model, prompts, sampling, concurrency, entry.label))
+        done, duration = asyncio.run(
+            run_level(server.base_url, model, prompts, sampling, concurrency, entry.label)
+        )
         after = scheduler.cpu_times()
         spy.send_signal(signal.SIGINT)
         spy.wait(timeout=60)
@@ -147,14 +154,27 @@ def profile(entry: Server, pair: Path, prompts, sampling: Sampling, concurrency:
     }  # fmt: skip
 
 
+COLUMNS = ["scheduler", "prefill", "width choice", "draft: model", "draft: step", "verify: model",
+           "verify: step", "commit", "other"]  # fmt: skip
+
+
+def column(phase: str) -> str:
+    """A phase's column: model forwards apart only where they are the phase's bulk."""
+    if phase in COLUMNS:
+        return phase
+    name = phase.split(":")[0]
+    return name if name in COLUMNS else "other"
+
+
 def table(results: list[dict]) -> str:
-    phases = sorted({p for r in results for p in r["ms_per_100_tokens"]})
-    head = ["server", "c", "tok/s", "accept", "total", *phases]
+    head = ["server", "c", "tok/s", "accept", "total", *COLUMNS]
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in results:
-        ms = r["ms_per_100_tokens"]
+        ms = Counter()
+        for phase, value in r["ms_per_100_tokens"].items():
+            ms[column(phase)] += value
         cells = [r["server"], r["concurrency"], f"{r['tokens_per_s']:.1f}", f"{r['accept_length'] or 0:.2f}",
-                 f"{sum(ms.values()):.0f}", *(f"{ms.get(p, 0):.0f}" for p in phases)]  # fmt: skip
+                 f"{sum(ms.values()):.0f}", *(f"{ms[c]:.0f}" for c in COLUMNS)]  # fmt: skip
         rows.append("| " + " | ".join(map(str, cells)) + " |")
     return "\n".join(rows)
 
@@ -171,19 +191,21 @@ def phases_of(raw: Path) -> Counter:
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--pair", type=Path, default=EMBEDDED_PAIR)
-    p.add_argument("--concurrency", type=concurrency_list, default=[1, 8])
+    p.add_argument("--concurrency", type=concurrency_list, default=[1, 4, 8])
     p.add_argument("--num-prompts", type=int, default=16)
     p.add_argument("--max-tokens", type=int, default=128)
     p.add_argument("--only", default=None, help="comma-separated server labels (default: all)")
     p.add_argument("--out", type=Path, default=Path("docs/bench/step-profile.json"))
     args = p.parse_args(argv)
-    if shutil.which("py-spy") is None:
+    if PY_SPY is None:
         sys.exit("make bench-step-profile needs py-spy: pip install py-spy")
     servers = [s for s in SERVERS if args.only is None or s.label in args.only.split(",")]
     prompts = take(load_prompts("tiny", pair_dir=args.pair), args.num_prompts)
     sampling = Sampling(max_tokens=args.max_tokens)
     raw_dir = Path(tempfile.mkdtemp(prefix="step-profile-"))
-    results = [profile(s, args.pair, prompts, sampling, c, raw_dir) for c in args.concurrency for s in servers]
+    results = [
+        profile(s, args.pair, prompts, sampling, c, raw_dir) for c in args.concurrency for s in servers
+    ]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=1) + "\n")
     print(table(results))
