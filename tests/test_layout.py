@@ -19,7 +19,7 @@ LAYERS = [
     "errors", "environment", "runtime", "cpu", "sampling", "tree", "drafter", "width", "step", "admission",
     "settings", "worker", "overlap", "plugin",  # the startup decisions, the step and the entry point
 ]  # fmt: skip
-TOOL_LAYERS = ["testing", "bench", "train", "soak", "gpu_check", "demo", "tree_sim"]
+TOOL_LAYERS = ["testing", "bench", "train", "soak", "gpu_check", "demo", "tree_sim", "step_branches"]
 # The engine-free definition: plain PyTorch and transformers, no SGLang.
 ENGINE_FREE = [
     "errors", "environment", "runtime.visibility", "drafter.config", "drafter.model",
@@ -198,8 +198,8 @@ def test_the_public_entry_points_the_readme_names():
     assert issubclass(DFlashOverlapWorker, DFlashWorker)
 
 
-TOOLS = ["train", "train.tiny_pair", "bench", "bench.suite", "bench.adaptive", "soak", "gpu_check",
-         "tree_sim", "demo", "testing.tiny"]  # fmt: skip
+TOOLS = ["train", "train.tiny_pair", "bench", "bench.suite", "bench.adaptive", "bench.step_profile", "soak",
+         "gpu_check", "tree_sim", "demo", "testing.tiny", "step_branches"]  # fmt: skip
 
 
 @pytest.mark.parametrize("tool", TOOLS)

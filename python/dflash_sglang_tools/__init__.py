@@ -7,6 +7,7 @@
     gpu_check/   `make gpu-check`: our torch-only code on a GPU (no SGLang there)
     demo.py      `make demo`: one question to a DFLASH server and a no-spec one
     tree_sim.py  the tree budgets' acceptance, simulated engine-free
+    step_branches.py  the branches a reader holds on the decode step's path, counted statically
 
 They import the plugin (`dflash_sglang`); the plugin never imports them (tests/test_layout.py).
 docs/architecture.md says why they live apart.

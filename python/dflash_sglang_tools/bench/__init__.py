@@ -22,4 +22,5 @@ machine_load.py  what else loads the machine while a level runs
 sampling_memory.py  `make bench-sampling-memory`: one sampled verify's memory at production sizes
 sampled_verify_time.py  one T > 0 verify step's CPU time per path and its drafter LM-head calls
 verify_memory.py  the T > 0 verify's peak extra memory on CPU (torch's profiler), chunked or not
+step_profile.py  `make bench-step-profile`: a decode step's time by phase, ours against the built-in
 """
