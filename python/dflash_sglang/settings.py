@@ -69,7 +69,8 @@ class DFlashSettings:
 
     @classmethod
     def resolve(cls, worker_class, server_args, target_worker, draft_model) -> DFlashSettings:
-        """The decisions, in the order their refusals have always been raised."""
+        """The decisions, their refusals raised in the order the worker raised them before (the
+        width controller's own come after these: the worker builds it from them)."""
         model_runner, device = target_worker.model_runner, target_worker.device
         config = draft_model.config
         check_the_pair(config, model_runner)
