@@ -250,7 +250,12 @@ def main(argv=None) -> None:
         for key, n in sorted(seen.items(), key=lambda kv: -kv[1]):
             print(f"{n:4d}  {key}")
         print("not followed:", ", ".join(sorted(unresolved)) or "none")
-    print(f"{total} branches in {len(seen)} functions on the decode step's path")
+    by_folder = {}
+    for key, n in seen.items():
+        folder = key.split(":")[0].split(".")[0]
+        by_folder[folder] = by_folder.get(folder, 0) + n
+    parts = ", ".join(f"{folder} {n}" for folder, n in sorted(by_folder.items(), key=lambda kv: -kv[1]))
+    print(f"{total} branches in {len(seen)} functions on the decode step's path ({parts})")
 
 
 if __name__ == "__main__":
