@@ -1,10 +1,13 @@
-"""One decode step's draft block: its tokens, where they sit, and the KV plan every phase shares."""
+"""One decode step's draft block: its tokens, where they sit, the KV plan every phase shares, and
+the step's plan (runtime/step_plan.py) it carries from drafting to verifying."""
 
 from __future__ import annotations
 
 from typing import NamedTuple
 
 import torch
+
+from .step_plan import StepPlan
 
 
 class Block(NamedTuple):
@@ -17,6 +20,7 @@ class Block(NamedTuple):
     draft_loc: torch.Tensor  # [bs, B] the block's slots in the draft pool (what injection writes)
     tree: object = None  # a tree verify's BatchTree (tree/verify.py); None for a chain
     proposal: object = None  # sampled drafts' law q (sampling/sampled_drafts.py); None: point drafts
+    plan: StepPlan | None = None  # what the width policy chose for the step (set by drafting)
 
 
 def block_kv_plan(translator, batch, host_lens: torch.Tensor, cache_loc: torch.Tensor, width: int):
