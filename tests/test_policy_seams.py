@@ -76,8 +76,8 @@ def test_a_ragged_step_is_recorded_at_each_requests_own_length():
     batch's width would record a failed first draft for it every step)."""
     widths = timed()
     step = mixed(widths)
-    width = widths.choose(step)
-    lengths = widths.per_request_lengths
+    plan = widths.choose(step)
+    width, lengths = plan.width, plan.lengths
     assert lengths is not None and lengths[1] == lengths[3] == 1 and min(lengths[0], lengths[2]) > 1
     assert width == max(lengths)
     before = [(list(p.reached), list(p.accepted)) for p in widths.acceptance.profiles(step.reqs)]
@@ -96,8 +96,8 @@ def test_a_ragged_step_reaches_the_target_as_each_requests_own_positions(monkeyp
     bs x max(L_i)."""
     widths = timed()
     step = mixed(widths)
-    widths.choose(step)
-    lengths = widths.per_request_lengths
+    plan = widths.choose(step)
+    lengths = plan.lengths
     bs, width = len(lengths), max(lengths)
     tokens = torch.arange(bs * width).view(bs, width)  # the narrowed block, distinct tokens
     seen = {}
@@ -114,10 +114,10 @@ def test_a_ragged_step_reaches_the_target_as_each_requests_own_positions(monkeyp
     monkeypatch.setattr(ragged, "block_kv_plan", lambda *args: None)  # no KV pool here
     monkeypatch.setattr(verifying, "adjust_verify_logits", lambda *args: None)
     worker = SimpleNamespace(model_runner=SimpleNamespace(kv_index_translator=None))
-    verify = verifying.Verifying(worker, SimpleNamespace(join=lambda: None), widths, None, rule, None)
+    verify = verifying.Verifying(worker, SimpleNamespace(join=lambda: None), None, rule, None)
     monkeypatch.setattr(verify, "target_forward", target_forward)
     kv_plan = SimpleNamespace(seq_lens_cpu=torch.full((bs,), 10))
-    block = Block(tokens, torch.arange(bs * width), torch.arange(bs * width), kv_plan, tokens)
+    block = Block(tokens, torch.arange(bs * width), torch.arange(bs * width), kv_plan, tokens, plan=plan)
     verify(step, block, None)
     expected = torch.cat([tokens[i, :n] for i, n in enumerate(lengths)])
     assert torch.equal(seen["tokens"], expected) and seen["tokens"].numel() == sum(lengths)
@@ -129,8 +129,10 @@ def test_with_per_request_lengths_a_new_batch_size_still_verifies_the_widest_fir
     then prices its widths), per-request lengths or not; the next steps are each request's own."""
     widths = timed()
     step = batch(4)
-    assert widths.choose(step) == B and widths.per_request_lengths is None and widths.probed == {4}
-    assert widths.choose(step) < B or widths.per_request_lengths is not None
+    first = widths.choose(step)
+    assert first.width == B and first.lengths is None and widths.probed == {4}
+    second = widths.choose(step)
+    assert second.width < B or second.lengths is not None
 
 
 def test_with_per_request_lengths_plain_decoding_still_explores():
@@ -141,7 +143,8 @@ def test_with_per_request_lengths_plain_decoding_still_explores():
     step = batch(4)
     chosen = []
     for _ in range(3 * controller.EXPLORE_EVERY):
-        chosen.append((widths.choose(step), widths.per_request_lengths))
+        plan = widths.choose(step)
+        chosen.append((plan.width, plan.lengths))
     explored = [i for i, (width, lengths) in enumerate(chosen) if width != 1]
     assert explored and explored[0] == controller.EXPLORE_EVERY - 1
     assert all(chosen[i] == (2, None) for i in explored)  # uniform: every request tests a draft
@@ -166,10 +169,10 @@ def test_a_partial_step_is_timed_apart_from_the_uniform_curves():
     (width/step_cost.PartialSteps) and is no point of the uniform curves."""
     widths = timed(partial_drafter=True)
     step = mixed(widths)
-    widths.choose(step)
-    assert 1 in widths.per_request_lengths
+    plan = widths.choose(step)
+    assert 1 in plan.lengths
     seconds = {key: list(value) for key, value in widths.times.seconds.items()}
-    widths.step_done()
+    widths.step_done(plan)
     assert len(widths.times.partial.recent) == 1
     assert {key: list(value) for key, value in widths.times.seconds.items()} == seconds
     assert 4 not in widths.times.by_batch
@@ -190,8 +193,8 @@ def test_a_ragged_step_is_priced_by_its_tokens_and_recorded_at_the_nearest_draft
     assert plain < ragged_seconds(cost, 4, 1, 4) < two
     assert ragged_seconds(cost, 4, 1, 4) == pytest.approx(cost.step(4, 1.25))
     widths.forced_lengths = (2, 1, 1, 1)
-    widths.choose(batch(4))  # (a forced cycle: the adaptive width neither chooses nor times it)
-    assert widths.per_request_lengths == (2, 1, 1, 1)
+    plan = widths.choose(batch(4))  # (a forced cycle: the adaptive width neither chooses nor times it)
+    assert plan.lengths == (2, 1, 1, 1)
     widths.times.record(4, 2, 0.011, tokens=5)  # what the adaptive choice's `start` keys it as
     assert list(widths.times.seconds[5]) == [0.011] and list(widths.times.by_batch[4][2]) == [0.011]
     key, _ = widths.times.start(4, max(2, round(5 / 4)), 5, None)

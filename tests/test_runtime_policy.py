@@ -54,12 +54,13 @@ def test_a_fixed_width_neither_chooses_nor_times_nor_learns_and_0_resumes_the_po
     widths.step_done()
     widths.switch(WIDTH, 8)  # whole blocks
     steps, known = widths.steps, set(widths.acceptance.entries)
-    assert [widths.choose(batch(4, "new")) for _ in range(5)] == [8] * 5
-    assert widths.step_started is None and widths.lengths is None
+    plans = [widths.choose(batch(4, "new")) for _ in range(5)]
+    assert [plan.width for plan in plans] == [8] * 5
+    assert widths.step_started is None and all(plan.lengths is None for plan in plans)
     assert widths.steps == steps and set(widths.acceptance.entries) == known  # whole blocks: no pairing
     widths.switch(WIDTH, 3)  # narrower than the block: each request's steps paired with width 3
     narrow = batch(4, "narrow")
-    assert [widths.choose(narrow) for _ in range(2)] == [3] * 2
+    assert [widths.choose(narrow).width for _ in range(2)] == [3] * 2
     assert dict(widths.ledger.widths) == {3: 2}
     assert all(list(widths.acceptance.entries[r.rid][2]) == [3, 3] for r in narrow.reqs)
     widths.switch(WIDTH, 0)

@@ -10,38 +10,37 @@ from types import SimpleNamespace
 
 import torch
 
+from dflash_sglang.runtime.step_plan import StepPlan
 from dflash_sglang.step.step_record import RECORD_ENV, step_record
 
 
-def policy(lengths):
+def policy():
     """A width policy's face as the record reads it; its acceptance's `verified` keeps its calls."""
     calls = []
     acceptance = SimpleNamespace(verified=lambda reqs, width, lengths=None: calls.append((width, lengths)))
     ledger = SimpleNamespace(fixed_width=None)
-    widths = SimpleNamespace(
-        acceptance=acceptance, per_request_lengths=lengths, ledger=ledger, per_request=True
-    )
+    widths = SimpleNamespace(acceptance=acceptance, ledger=ledger, per_request=True)
     return widths, calls
 
 
 def test_off_unless_asked_for(monkeypatch):
     monkeypatch.delenv(RECORD_ENV, raising=False)
-    assert step_record(policy(None)[0], 0) is None
+    assert step_record(policy()[0], 0) is None
 
 
 def test_a_ragged_step_line_and_a_whole_one(monkeypatch, tmp_path):
     monkeypatch.setenv(RECORD_ENV, str(tmp_path / "steps"))
-    widths, calls = policy((3, 1))
+    widths, calls = policy()
     record = step_record(widths, tp_rank=1)
     batch = SimpleNamespace(reqs=[SimpleNamespace(rid="a"), SimpleNamespace(rid="b")])
     widths.acceptance.verified(batch.reqs, 3, (3, 1))  # the policy pairs its acceptance ...
     assert calls == [(3, (3, 1))]  # ... and the policy's own call still happens
     layout = SimpleNamespace(verify_lens_cpu=(3, 1))
     record.target_forward(SimpleNamespace(ragged_verify_layout=layout, draft_token_num=3), 2)
-    record.step(batch, 3, torch.tensor([2, 1], dtype=torch.int32))
-    widths.per_request_lengths = None  # a whole step of width 2, nothing recorded by the policy
+    record.step(batch, StepPlan(3, True, (3, 1)), torch.tensor([2, 1], dtype=torch.int32))
+    # a whole step of width 2, nothing recorded by the policy
     record.target_forward(SimpleNamespace(ragged_verify_layout=None, draft_token_num=2), 2)
-    record.step(batch, 2, torch.tensor([1, 2], dtype=torch.int32))
+    record.step(batch, StepPlan(2, False), torch.tensor([1, 2], dtype=torch.int32))
     lines = [json.loads(line) for line in (tmp_path / "steps.tp1.jsonl").read_text().splitlines()]
     assert lines == [
         {

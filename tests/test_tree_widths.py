@@ -147,7 +147,7 @@ def no_dp_attention(monkeypatch):
 def test_a_tree_server_forces_widths_up_to_its_nodes(monkeypatch, no_dp_attention):
     monkeypatch.setenv(controller.WIDTHS_ENV, "16,1,5")
     widths = VerifyWidth(8, tree_nodes=16)  # block 8, trees of 16 nodes
-    assert [widths.choose(None) for _ in range(4)] == [16, 1, 5, 16]
+    assert [widths.choose(None).width for _ in range(4)] == [16, 1, 5, 16]
     monkeypatch.setenv(controller.WIDTHS_ENV, "17")
     with pytest.raises(DFlashConfigError, match="1..16"):
         VerifyWidth(8, tree_nodes=16)
@@ -161,10 +161,10 @@ def test_the_adaptive_tree_width_chooses_among_the_budgets(monkeypatch, no_dp_at
     batch = SimpleNamespace(reqs=[request("a")])
     first = []
     for _ in range(3):  # timed first: plain decoding, the whole tree, the budget nearest half
-        first.append(widths.choose(batch))
+        first.append(widths.choose(batch).width)
         widths.step_done()
     assert first == [1, 16, 9]
-    assert widths.times.curve() is not None and widths.choose(batch) in tree_widths(16)
+    assert widths.times.curve() is not None and widths.choose(batch).width in tree_widths(16)
 
 
 @pytest.mark.parametrize("seed", range(3))

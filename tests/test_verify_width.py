@@ -18,14 +18,14 @@ def no_dp_attention(monkeypatch):
 def test_without_the_switch_every_step_verifies_the_whole_block(monkeypatch):
     monkeypatch.delenv(WIDTHS_ENV, raising=False)
     widths = VerifyWidth(8)
-    assert [widths.choose(None) for _ in range(3)] == [8, 8, 8]
+    assert [widths.choose(None).width for _ in range(3)] == [8, 8, 8]
     assert widths.describe == "the block size"
 
 
 def test_the_forced_cycle_repeats_step_by_step(monkeypatch):
     monkeypatch.setenv(WIDTHS_ENV, "8, 1,4")
     widths = VerifyWidth(8)
-    assert [widths.choose(None) for _ in range(7)] == [8, 1, 4, 8, 1, 4, 8]
+    assert [widths.choose(None).width for _ in range(7)] == [8, 1, 4, 8, 1, 4, 8]
 
 
 @pytest.mark.parametrize("text", ["0", "9", "4,x", ","])
@@ -58,7 +58,7 @@ def test_adaptive_times_plain_decoding_at_each_new_batch_size(monkeypatch):
     times.add(times.plain, 1, 0.010)  # batch 1 measured: plain, the block and half of it
     times.add(times.seconds, 8, 0.030)
     times.add(times.seconds, 4, 0.020)
-    assert widths.choose(fake_batch(32)) == 1  # a batch size never seen: plain decoding, timed
+    assert widths.choose(fake_batch(32)).width == 1  # a batch size never seen: plain decoding, timed
     widths.step_done()
     assert 32 in times.plain and not times.unmeasured_plain(32)
 
@@ -84,7 +84,7 @@ def test_a_new_batch_size_skips_the_plain_step_where_plain_decoding_cannot_win(m
     second, so batch 2's first step verifies the block instead of timing a plain step."""
     widths = timed_at_batch_1(monkeypatch, four=0.0105, eight=0.011, accepted=900)
     widths.ran_widest = controller.WIDEST_FIRST  # past the first widest steps
-    assert widths.choose(fake_batch(2)) == 8
+    assert widths.choose(fake_batch(2)).width == 8
     assert widths.times.unmeasured_plain(2)
 
 
@@ -97,12 +97,12 @@ def test_a_new_batch_size_verifies_the_widest_first(monkeypatch):
     widths.ran_widest = controller.WIDEST_FIRST  # no early-widest exploration in the way
     widths.times.add(widths.times.plain, 16, 0.040)  # no plain probe in the way either
     batch = fake_batch(16)
-    assert widths.choose(batch) == 8
-    assert widths.choose(batch) < 8 and widths.probed == {16}
+    assert widths.choose(batch).width == 8
+    assert widths.choose(batch).width < 8 and widths.probed == {16}
     never = drafts_that_never_fit(monkeypatch)
     never.ran_widest = controller.WIDEST_FIRST
     never.times.add(never.times.plain, 16, 0.040)
-    assert never.choose(fake_batch(16)) == 1 and never.probed == set()
+    assert never.choose(fake_batch(16)).width == 1 and never.probed == set()
 
 
 def drafts_that_never_fit(monkeypatch) -> VerifyWidth:
@@ -120,14 +120,14 @@ def test_adaptive_explores_one_width_wider_every_so_often(monkeypatch):
     widths.ran_widest = controller.WIDEST_FIRST  # past the first widest steps (below)
     batch = fake_batch(1)
     every, most = controller.EXPLORE_EVERY, controller.EXPLORE_AT_MOST_EVERY
-    chosen = [widths.choose(batch) for _ in range(400)]
+    chosen = [widths.choose(batch).width for _ in range(400)]
     explored = [i for i, width in enumerate(chosen) if width != 1]
     assert {chosen[i] for i in explored} == {2}
     gaps = [b - a for a, b in zip([-1, *explored], explored, strict=False)]
     assert gaps[:3] == [every, 2 * every, 4 * every] and set(gaps[3:]) == {most}
     widths.acceptance.pooled.accepted = [1000] * 7  # drafts that fit: a new request drafts
     fresh = SimpleNamespace(reqs=[SimpleNamespace(rid="new", spec_correct_drafts_histogram=[0] * 8)])
-    after = [widths.choose(fresh) for _ in range(3)]
+    after = [widths.choose(fresh).width for _ in range(3)]
     assert 1 not in after and widths.explore_every == every
 
 
@@ -147,7 +147,7 @@ def test_adaptive_explores_the_best_rated_wider_width(monkeypatch):
     widths.ran_widest = controller.WIDEST_FIRST  # past the first widest steps (below)
     widths.probed.add(1)  # and past batch 1's first step (test_a_new_batch_size_verifies_the_widest_first)
     batch = fake_batch(1)
-    chosen = [widths.choose(batch) for _ in range(controller.EXPLORE_EVERY)]
+    chosen = [widths.choose(batch).width for _ in range(controller.EXPLORE_EVERY)]
     assert set(chosen[:-1]) == {5} and chosen[-1] == 16
 
 
@@ -161,7 +161,7 @@ def test_adaptive_explores_the_widest_often_until_it_has_run_a_few_times(monkeyp
     )  # batch 1's first widest step apart (test_a_new_batch_size_verifies_the_widest_first)
     batch = fake_batch(1)
     first, every = controller.WIDEST_FIRST, controller.EXPLORE_FIRST_EVERY
-    chosen = [widths.choose(batch) for _ in range(first * every + controller.EXPLORE_EVERY)]
+    chosen = [widths.choose(batch).width for _ in range(first * every + controller.EXPLORE_EVERY)]
     widest = [i for i, width in enumerate(chosen) if width == 8]
     assert widest[:first] == [every * (k + 1) - 1 for k in range(first)]
 
@@ -172,7 +172,7 @@ def test_drafts_that_never_fit_do_not_explore_the_widest(monkeypatch):
     widths = drafts_that_never_fit(monkeypatch)
     batch = fake_batch(1)
     first, every = controller.WIDEST_FIRST, controller.EXPLORE_FIRST_EVERY
-    chosen = [widths.choose(batch) for _ in range(first * every + controller.EXPLORE_EVERY)]
+    chosen = [widths.choose(batch).width for _ in range(first * every + controller.EXPLORE_EVERY)]
     assert set(chosen) == {1, 2} and chosen.count(2) <= len(chosen) // controller.EXPLORE_EVERY
 
 

@@ -104,7 +104,7 @@ class DFlashWorker(BaseSpecWorker):
         self.draft = Drafting(
             self.model_runner, self.draft_runner, self.draft_model, self.drafter_stream, self.tp,
             self.block_size, self.device, self.context, self.tree, settings.draft_vocab,
-            settings.sampled_drafts, partial=self.widths.partial_drafter, window=window,
+            settings.sampled_drafts, window=window,
         )  # fmt: skip
         self.verify = self.verify_phase()
         # A hybrid target's recurrent-state commit, bound with the backends (init_attention_backends).
@@ -121,8 +121,8 @@ class DFlashWorker(BaseSpecWorker):
             chain = SimulatedRule(self.tp, self.simulated)
         else:
             chain = ChainRule(self.tp, self.block_verification)
-        trees = None if self.tree is None else TreeRule(self.tp, self.widths, self.model_runner)
-        return Verifying(self.target_worker, self.drafter_stream, self.widths, self.tree, chain, trees)
+        trees = None if self.tree is None else TreeRule(self.tp, self.model_runner)
+        return Verifying(self.target_worker, self.drafter_stream, self.tree, chain, trees)
 
     # ---- SGLang's worker interface -----------------------------------------------------------
     # What SGLang reads on a spec worker, and nothing else: these, and BaseSpecWorker's own
@@ -197,13 +197,13 @@ class DFlashWorker(BaseSpecWorker):
             if batch.forward_mode.is_idle():
                 return self.idle(batch, on_publish)
             penalties = self.penalty_ledger(batch)
-            width = self.widths.choose(batch)  # and each request's length, where they differ
-            block = self.draft(batch, batch.spec_info, width, self.widths.per_request_lengths)
+            plan = self.widths.choose(batch)  # the width, and each request's length where they differ
+            block = self.draft(batch, plan)  # the block carries the plan on to the verify
             verified = self.verify(batch, block, penalties, grammar_barrier)
             result = self.commit(batch, block, verified, penalties, on_publish)
             if self.step_record is not None:
-                self.step_record.step(batch, width, result.accept_lens)
-            self.widths.step_done()
+                self.step_record.step(batch, plan, result.accept_lens)
+            self.widths.step_done(plan, batch.reqs, verified)  # what the verify learned, the step's time
             return result
 
     # ---- prefill -----------------------------------------------------------------------------

@@ -21,14 +21,14 @@ VERIFY_WIDTH = "width/controller.py"
 POLICY_BUGS = {
     "ragged_verify_off": Bug(
         "step/verifying.py",
-        "lengths = self.widths.lengths  # per-request lengths, or None: the whole block for all",
+        "lengths = block.plan.lengths  # per-request lengths, or None: the whole block for all",
         "lengths = None  # (planted) per-request lengths ignored by the verify",
         "per-request lengths switched off in the verify: every request verifies the step's longest length",
         "chain, tree (per-request lengths)",
     ),
     "recorded_at_batch_width": Bug(
         VERIFY_WIDTH,
-        "self.acceptance.verified(batch.reqs, width, self.lengths.lengths)",
+        "self.acceptance.verified(batch.reqs, width, lengths.lengths)",
         "self.acceptance.verified(batch.reqs, width)",
         "a ragged step's acceptance recorded against the batch width, not each request's own length",
         "chain, tree (per-request lengths)",
@@ -85,7 +85,7 @@ POLICY_BUGS = {
     ),
     "tp_ranks_choose_alone": Bug(
         VERIFY_WIDTH,
-        "width, self.lengths = self.tp_group.broadcast_object((width, self.lengths))",
+        "width, lengths = self.tp_group.broadcast_object((width, lengths))",
         "pass  # (planted) each TP rank keeps the width and lengths its own timings chose",
         "under TP each rank takes its own width and lengths (rank 0's choice never broadcast)",
         "chain, tree (adaptive, --tp-size > 1)",

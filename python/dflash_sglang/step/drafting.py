@@ -23,11 +23,11 @@ from ..drafter.sampled_walk import sampled_walk
 from ..drafter.selector import walk_candidates
 from ..runtime.block import Block, block_kv_plan, narrow
 from ..runtime.spec_info import host_read_bound
+from ..runtime.step_plan import StepPlan
 from ..sampling.distribution import vocab_parallel_argmax, vocab_parallel_logits, vocab_parallel_topk
 from ..sampling.sampled_drafts import draw_drafts
 from ..sampling.target_law import is_greedy
 from ..tree import verify as tree_verify
-from ..width.request_lengths import drafted_rows
 from .deferred_context import DeferredContext
 from .draft_window import DraftWindow
 from .tp_agreement import TpAgreement
@@ -39,14 +39,12 @@ class Drafting:
 
     def __init__(self, model_runner, draft_runner, draft_model, stream, tp: TpAgreement, block_size: int,
                  device, context: DeferredContext, tree=None, draft_vocab=None,
-                 sampled_drafts: bool = False, partial: bool = False,
-                 window: DraftWindow | None = None):  # fmt: skip
+                 sampled_drafts: bool = False, window: DraftWindow | None = None):  # fmt: skip
         self.model_runner, self.draft_runner, self.draft_model = model_runner, draft_runner, draft_model
         self.stream = stream  # the drafter's CUDA stream (runtime/streams.py)
         self.tp = tp  # sampled drafts: every TP rank verifies rank 0's draws
         self.block_size, self.device = block_size, device
         self.context = context  # plain steps' injections, written before the drafter reads
-        self.partial = partial  # a ragged step drafts only its requests that verify drafts
         self.tree, self.draft_vocab = tree, draft_vocab  # tree settings, the drafter's log q
         self.sampled_drafts = sampled_drafts  # at T > 0 (sampling/sampled_drafts.py)
         self.mask_token_id = draft_model.config.mask_token_id
@@ -54,14 +52,15 @@ class Drafting:
         self.draft_block_info = make_draft_block_spec_info(draft_token_num=block_size, device=device)
         self.window = window  # --speculative-draft-window-size: the drafter's ring (step/draft_window.py)
 
-    def __call__(self, batch, state, width: int, lengths: tuple[int, ...] | None = None) -> Block:
+    def __call__(self, batch, plan: StepPlan) -> Block:
         with self.stream.run():
-            return self.draft_on_drafter_stream(batch, state, width, lengths)
+            block = self.draft_on_drafter_stream(batch, batch.spec_info, plan.width, plan.drafted)
+        return block._replace(plan=plan)
 
-    def draft_on_drafter_stream(self, batch, state, width: int, lengths=None) -> Block:
+    def draft_on_drafter_stream(self, batch, state, width: int, drafted=None) -> Block:
         """Draft the whole block (nothing at width 1); the verify takes the first `width` positions
-        (or each request its own `lengths`: then, with the partial drafter, only the requests
-        verifying drafts are drafted)."""
+        (or each request its own length: then, with the partial drafter, only the requests
+        verifying drafts are drafted, `drafted`)."""
         bs, seq_lens = len(batch.seq_lens), batch.seq_lens
         size = self.block_size if width > 1 or self.window is not None else 1
         positions = seq_lens.unsqueeze(1) + self.block_offsets[:size]  # [bs, size]
@@ -73,7 +72,7 @@ class Drafting:
         kv_plan = block_kv_plan(self.model_runner.kv_index_translator, batch, host_lens, cache_loc, size)
         draft_loc, proposal = None, None  # the injected KV's slots (the target's, or the ring's); q
         if size > 1:
-            rows = drafted_rows(lengths) if self.partial else None
+            rows = None if drafted is None else list(drafted)  # (a list indexes rows)
             hidden, draft_loc = self.run_drafter(batch, state, block_ids, positions, cache_loc, kv_plan, rows)
             if self.tree is not None:
                 return self.tree_block(batch, state.bonus_tokens, hidden[:, 1:], host_lens, width)

@@ -6,8 +6,8 @@ server test sees them only by reading what each step handed the target. With
 decode step:
 
     rids      the batch's requests, in order
-    chose     what the width policy chose (width/controller.py): the width, each request's
-              length (null: one width for all), the runtime switches in force
+    chose     what the width policy chose (the step's plan, runtime/step_plan.py): the width, each
+              request's length (null: one width for all), the runtime switches in force
     recorded  the length the policy recorded each request's acceptance against (the lengths passed
               to its acceptance's `verified`; null where it recorded none this step)
     target    the verify forward's input, read where step/verifying.py builds it: its layout
@@ -23,6 +23,7 @@ import json
 
 from ..environment import STEP_RECORD
 from ..runtime import host_sync
+from ..runtime.step_plan import StepPlan
 
 RECORD_ENV = STEP_RECORD.name
 
@@ -60,12 +61,12 @@ class StepRecord:
         else:
             self.target = {"layout": "ragged", "lengths": [int(n) for n in layout.verify_lens_cpu]}
 
-    def step(self, batch, width: int, accept_lens) -> None:
-        """The step's line, once its commit has produced `accept_lens`; `width`: the policy's choice."""
+    def step(self, batch, plan: StepPlan, accept_lens) -> None:
+        """The step's line, once its commit has produced `accept_lens`; `plan`: the policy's choice."""
         widths = self.widths
         chose = {
-            "width": int(width),
-            "lengths": None if widths.per_request_lengths is None else list(widths.per_request_lengths),
+            "width": int(plan.width),
+            "lengths": None if plan.lengths is None else list(plan.lengths),
             "fixed_width": widths.ledger.fixed_width,
             "per_request": bool(widths.per_request),
         }

@@ -12,7 +12,7 @@ chosen once, at startup, one per kind of block:
               moved to the front of the block's KV
 
 Every TP rank commits rank 0's decision (step/tp_agreement.py). The phase returns a `Verified`,
-which the commit phase takes whole.
+which the commit phase takes whole and the width policy learns from (a tree's walk).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from .tp_agreement import TpAgreement
 class Verified:
     target_out: object  # SGLang's GenerationBatchResult of the target forward
     accepted: Acceptance
-    path_rows: torch.Tensor | None = None  # a tree's accepted node at each depth, [bs, depth]
+    path_rows: torch.Tensor | None = None  # a tree's walk: the accepted node at each depth, [bs, depth]
 
 
 class ChainRule:
@@ -80,10 +80,10 @@ class SimulatedRule:
 
 
 class TreeRule:
-    """A tree block's acceptance: the walk, what smaller trees would have taken, the path moved."""
+    """A tree block's acceptance: the walk, the accepted path moved to the front."""
 
-    def __init__(self, tp: TpAgreement, widths, model_runner):
-        self.tp, self.widths, self.model_runner = tp, widths, model_runner  # its KV pool comes later
+    def __init__(self, tp: TpAgreement, model_runner):
+        self.tp, self.model_runner = tp, model_runner  # its KV pool comes later
 
     def __call__(self, batch, block: Block, logits: torch.Tensor, target_out, rows=None) -> Verified:
         """rows: per-request lengths (step/ragged.py), each request walking its first L_i nodes."""
@@ -92,17 +92,18 @@ class TreeRule:
         predictions = self.tp.predictions(draw_every_row(logits, info, size, batch.reqs), greedy)
         lengths = None if rows is None else rows.lengths
         accepted, front = tree_verify.accept(block.tree, predictions, lengths)
-        self.widths.walked(batch.reqs, front, accepted.lengths, None if rows is None else rows.lengths_cpu)
         kv_pool = self.model_runner.token_to_kv_pool
         tree_verify.move_path_to_front(front, block.cache_loc, kv_pool, target_out.logits_output)
-        return Verified(target_out, accepted, front)  # front[:, d]: the accepted node at depth d
+        # front[:, d]: the accepted node at depth d (what each smaller budget would have taken:
+        # the width policy's VerifyWidth.step_done)
+        return Verified(target_out, accepted, front)
 
 
 class Verifying:
     """The verify phase: the target forward over a block, then its acceptance rule."""
 
-    def __init__(self, target_worker, stream, widths, tree, chain_rule, tree_rule: TreeRule | None):
-        self.target_worker, self.widths, self.tree = target_worker, widths, tree
+    def __init__(self, target_worker, stream, tree, chain_rule, tree_rule: TreeRule | None):
+        self.target_worker, self.tree = target_worker, tree
         self.stream = stream  # the drafter's (runtime/streams.py): the drafts must be there
         self.chain_rule, self.tree_rule = chain_rule, tree_rule
         self.record = None  # step/step_record.py's, where a test asks for one
@@ -112,12 +113,12 @@ class Verifying:
     ) -> Verified:
         self.stream.join()  # the drafts
         grammar = grammar_tree(batch, block.tokens, block.tree)  # host copy of the drafts, during the verify
-        lengths = self.widths.lengths  # per-request lengths, or None: the whole block for all
+        lengths = block.plan.lengths  # per-request lengths, or None: the whole block for all
         if lengths is None:
             target_out = self.target_forward(batch, block)
             rows = None
         else:
-            rows = ragged.ragged_rows(lengths.lengths, block.tokens.shape[1], block.tokens.device)
+            rows = ragged.ragged_rows(lengths, block.tokens.shape[1], block.tokens.device)
             target_out = self.ragged_forward(batch, block, rows)
         logits = target_out.logits_output.next_token_logits
         if penalties is not None:
@@ -164,7 +165,7 @@ class Verifying:
         if dp:
             dp_attention.run_eager_if_peers_differ(forward_batch, batch)
         # Graphs: the widest uniform chain's only.
-        if size != self.widths.widest or block.tree is not None or layout is not None:
+        if not block.plan.widest or block.tree is not None or layout is not None:
             forward_batch.can_run_decode_cuda_graph = False
         if self.record is not None:  # what the target is handed, as it is handed
             self.record.target_forward(verify_input, len(batch.seq_lens))

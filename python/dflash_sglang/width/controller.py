@@ -34,11 +34,10 @@ from __future__ import annotations
 import logging
 from collections import Counter
 
-import torch
-
 from ..environment import ADAPTIVE_WIDTH, REQUEST_LENGTHS, VERIFY_WIDTHS
 from ..errors import DFlashConfigError
 from ..runtime import dp_attention
+from ..runtime.step_plan import StepPlan
 from ..tree.budgets import tree_widths
 from .acceptance_profiles import RequestAcceptance, TreeAcceptance, pool_forget
 from .ranking import plain_could_win, ranked_widths, worth_a_look
@@ -158,12 +157,11 @@ class VerifyWidth:
         self.ragged_steps, self.ran_lengths = 0, Counter()
         self.probed: set[int] = set()  # batch sizes the widest has been chosen at
         # Per-request lengths (width/request_lengths.py): the adaptive choice's exploiting steps,
-        # or a forced testing cycle; `lengths` is the current step's, None where it is uniform.
+        # or a forced testing cycle.
         self.forced_lengths = forced_request_lengths(self.widest, ragged_off_because)
         self.per_request = self.adaptive and per_request_requested(ragged_off_because, not tree_nodes)
         self.trees = bool(tree_nodes)
         self.ragged_off_because = ragged_off_because
-        self.lengths: RequestLengths | None = None
         self.partial_drafter = partial_drafter
         self.last_view = None  # (batch size, the ranked estimates) of the latest adaptive choice
         self.ledger = PolicyLedger()  # the policy switched at runtime (width/runtime_switch.py)
@@ -190,11 +188,6 @@ class VerifyWidth:
         why = self.default_off_because
         return f"the block size (adaptive off by default: {why}; {ADAPTIVE_ENV}=1 turns it on)"
 
-    @property
-    def per_request_lengths(self) -> tuple[int, ...] | None:
-        """The current step's per-request lengths, or None where every request verifies the width."""
-        return None if self.lengths is None else self.lengths.lengths
-
     def switch(self, key: str, value) -> None:
         """A runtime switch (width/runtime_switch.py; `refusal` checked it), from the next step."""
         self.ledger.switched(key, int(value))
@@ -203,8 +196,8 @@ class VerifyWidth:
         else:
             self.per_request = bool(value)
 
-    def choose(self, batch) -> int:
-        self.lengths = None
+    def choose(self, batch) -> StepPlan:
+        """The step's plan: its width, and each request's length where they differ."""
         if self.ledger.fixed_width:  # as a server started with DFLASH_SGLANG_VERIFY_WIDTHS=N
             width = self.ledger.fixed_width
             if self.acceptance is not None and width < self.widest:
@@ -212,47 +205,60 @@ class VerifyWidth:
                 self.acceptance.profiles(batch.reqs)
                 self.acceptance.verified(batch.reqs, width)
             self.ledger.count(width, ragged=False)
-            return width
+            return self.plan(width)
+        lengths = None
         if self.forced_lengths:
-            self.lengths = forced_lengths(self.forced_lengths, self.steps, len(batch.reqs), self.widest)
-            width = self.lengths.width
+            lengths = forced_lengths(self.forced_lengths, self.steps, len(batch.reqs), self.widest)
+            width = lengths.width
         elif self.pattern:
             width = self.pattern[self.steps % len(self.pattern)]
         elif self.adaptive:
-            width = self.adaptive_choice(batch)
+            width, lengths = self.adaptive_choice(batch)
         else:
             self.ledger.count(self.widest, ragged=False)
-            return self.widest
+            return self.plan(self.widest)
         self.steps += 1
         self.ran[width] += 1
-        self.ledger.count(width, ragged=self.lengths is not None)
-        if self.lengths is not None:
+        self.ledger.count(width, ragged=lengths is not None)
+        if lengths is not None:
             self.ragged_steps += 1
-            self.ran_lengths.update(self.lengths.lengths)
-        if self.steps % REPORT_EVERY == 0:  # what ran, when the width varies
-            logger.info("dflash_sglang: verify widths of the last %d steps: %s", REPORT_EVERY, dict(self.ran))
-            if self.ragged_steps:  # which requests verified how much, in the ragged steps
-                logger.info(
-                    "dflash_sglang: per-request lengths in %d of them (request-steps by length): %s",
-                    self.ragged_steps, dict(sorted(self.ran_lengths.items())),
-                )  # fmt: skip
-                self.ragged_steps = 0
-                self.ran_lengths.clear()
-            if self.signal is not None:  # plain decoding for most of the load, in the log and metrics
-                self.signal.report(self.ran, self.acceptance.recent_accepted_drafts(), self.widest)
-            if self.last_view is not None:  # why: the latest choice's estimates, best first
-                bs, ranked, fixed_share = self.last_view
-                logger.info(
-                    "dflash_sglang: adaptive width estimates at batch %d: %s (partial steps: fixed %.2f)",
-                    bs, ", ".join(map(str, ranked)), fixed_share,
-                )  # fmt: skip
-            self.ran.clear()
-        return width
+            self.ran_lengths.update(lengths.lengths)
+        if self.steps % REPORT_EVERY == 0:
+            self.report()
+        return self.plan(width, lengths)
 
-    def adaptive_choice(self, batch) -> int:
+    def plan(self, width: int, lengths: RequestLengths | None = None) -> StepPlan:
+        """The step's plan; with the partial drafter, a ragged step drafts only its requests of
+        length > 1."""
+        per_request = None if lengths is None else lengths.lengths
+        drafted = drafted_rows(per_request) if self.partial_drafter else None
+        drafted = None if drafted is None else tuple(drafted)
+        return StepPlan(width, width == self.widest, per_request, self.trees, drafted)
+
+    def report(self) -> None:
+        """What ran, when the width varies: a log line every REPORT_EVERY steps."""
+        logger.info("dflash_sglang: verify widths of the last %d steps: %s", REPORT_EVERY, dict(self.ran))
+        if self.ragged_steps:  # which requests verified how much, in the ragged steps
+            logger.info(
+                "dflash_sglang: per-request lengths in %d of them (request-steps by length): %s",
+                self.ragged_steps, dict(sorted(self.ran_lengths.items())),
+            )  # fmt: skip
+            self.ragged_steps = 0
+            self.ran_lengths.clear()
+        if self.signal is not None:  # plain decoding for most of the load, in the log and metrics
+            self.signal.report(self.ran, self.acceptance.recent_accepted_drafts(), self.widest)
+        if self.last_view is not None:  # why: the latest choice's estimates, best first
+            bs, ranked, fixed_share = self.last_view
+            logger.info(
+                "dflash_sglang: adaptive width estimates at batch %d: %s (partial steps: fixed %.2f)",
+                bs, ", ".join(map(str, ranked)), fixed_share,
+            )  # fmt: skip
+        self.ran.clear()
+
+    def adaptive_choice(self, batch) -> tuple[int, RequestLengths | None]:
         profiles = self.acceptance.profiles(batch.reqs)
         curve = self.times.curve()
-        batch_size = len(batch.reqs)
+        batch_size, lengths = len(batch.reqs), None
         if curve is None:  # time the whole block, half of it and plain decoding first
             width = self.times.unmeasured_width(batch_size, self.candidates) or self.widest
         else:
@@ -273,32 +279,32 @@ class VerifyWidth:
             elif ranked[0].width > 1 and self.explore_every > EXPLORE_EVERY:
                 self.drafting_wins()
             if self.per_request and width == ranked[0].width:  # not exploring: each its own
-                self.lengths = (
+                lengths = (
                     tree_request_lengths(profiles, curve, self.candidates)
                     if self.trees
                     else request_lengths(profiles, curve, self.widest, partial_drafter=self.partial_drafter)
                 )
         if self.tp_group is not None and self.tp_group.world_size > 1:
             # rank 0's timings decide for all
-            width, self.lengths = self.tp_group.broadcast_object((width, self.lengths))
-        if self.lengths is not None and self.lengths.uniform:
-            width, self.lengths = self.lengths.width, None
-        elif self.lengths is not None:
-            width = self.lengths.width
-        if self.lengths is None:
+            width, lengths = self.tp_group.broadcast_object((width, lengths))
+        if lengths is not None and lengths.uniform:
+            width, lengths = lengths.width, None
+        elif lengths is not None:
+            width = lengths.width
+        if lengths is None:
             self.ran_widest += width == self.widest  # what ran, the same on every rank
             if width == self.widest:
                 self.probed.add(batch_size)
             self.acceptance.verified(batch.reqs, width)
             self.step_started = self.times.start(batch_size, width)
         else:  # timed by its own tokens, and by batch size at the nearest whole width
-            self.acceptance.verified(batch.reqs, width, self.lengths.lengths)
-            total, rows = self.lengths.total, drafted_rows(self.lengths.lengths)
+            self.acceptance.verified(batch.reqs, width, lengths.lengths)
+            total, rows = lengths.total, drafted_rows(lengths.lengths)
             drafted = len(rows) if self.partial_drafter and rows is not None else None  # part of the batch
             self.step_started = self.times.start(
                 batch_size, max(2, round(total / batch_size)), total, drafted
             )
-        return width
+        return width, lengths
 
     def explore_later(self, plain_wins: bool) -> None:
         """An exploring step: the next one further off while plain decoding wins, else at
@@ -313,14 +319,13 @@ class VerifyWidth:
         self.explore_every = EXPLORE_EVERY
         self.next_explore = min(self.next_explore, self.steps + EXPLORE_EVERY)
 
-    def walked(self, reqs, front: torch.Tensor, lengths: torch.Tensor, nodes=None) -> None:
-        """A tree step's accepted path (tree_verify.accept): what each budget would have accepted
-        (`nodes`: per-request lengths, the nodes each request's walk could take)."""
-        if isinstance(self.acceptance, TreeAcceptance):  # adaptive, with trees
-            self.acceptance.walked(reqs, front, lengths, nodes)
-
-    def step_done(self) -> None:
-        """The decode step that `choose` sized has been issued in full (times it, adaptive only)."""
+    def step_done(self, plan: StepPlan | None = None, reqs=(), verified=None) -> None:
+        """The decode step `plan` has been issued in full: what its verify learned (`verified`,
+        step/verifying.Verified: a tree's walk, what each budget would have accepted), and its
+        time (adaptive only)."""
+        walk = None if verified is None else verified.path_rows  # a tree's accepted node a depth
+        if walk is not None and isinstance(self.acceptance, TreeAcceptance):  # adaptive, with trees
+            self.acceptance.walked(reqs, walk, verified.accepted.lengths, plan.lengths)
         if self.step_started is not None:
             self.times.stop(self.step_started)
             self.step_started = None
