@@ -34,6 +34,12 @@ def block_kv_plan(translator, batch, host_lens: torch.Tensor, cache_loc: torch.T
     )
 
 
+def draft_slots(kv_plan, draft_translator, bs: int, width: int) -> torch.Tensor:
+    """The block's slots in the draft pool, where the injection writes (no draft window: the
+    target's slot ids, translated), [bs, width]."""
+    return kv_plan.write_ids(draft_translator).view(bs, width)
+
+
 def narrow(block, width: int, batch, translator, host_lens: torch.Tensor):
     """The block's first `width` positions per request, with their own KV plan for the verify."""
     bs, size = block.tokens.shape

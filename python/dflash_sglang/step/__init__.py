@@ -1,7 +1,12 @@
 """The parts the decode step calls (worker.py): its three phases, and each concern behind one
 small call.
 
-    drafting.py         the draft phase: drafter forward, a chain (argmax or sampled) or a tree
+    drafting.py         the draft phase: the drafter forward, then the block the drafter's kind
+                        makes of it (chosen once at startup)
+    chain_drafts.py     a chain's drafts by the drafter's kind: plain (argmax or sampled), DFlash2's
+                        selector, Domino's rollout; the chain block cut to the step's width
+    tree_drafting.py    a tree's block: the tree of the step's width in nodes
+    target_head.py      the target's embedding and LM head, as the draft phase reads them
     verifying.py        the verify phase: target forward, the acceptance rule chosen at startup
     ragged.py           per-request verify lengths: one ragged target forward, each request
                         judged within its own length
