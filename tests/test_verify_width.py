@@ -19,7 +19,7 @@ def test_without_the_switch_every_step_verifies_the_whole_block(monkeypatch):
     monkeypatch.delenv(WIDTHS_ENV, raising=False)
     widths = VerifyWidth(8)
     assert [widths.choose(None).width for _ in range(3)] == [8, 8, 8]
-    assert widths.describe == "the block size"
+    assert widths.describe.startswith("the block size (adaptive off by default: no server gave its reasons")
 
 
 def test_the_forced_cycle_repeats_step_by_step(monkeypatch):

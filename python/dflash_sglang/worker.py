@@ -106,12 +106,12 @@ class DFlashWorker(BaseSpecWorker):
             self.block_size, self.device, self.context, self.tree, settings.draft_vocab,
             settings.sampled_drafts, window=window,
         )  # fmt: skip
+        # Testing: what each step handed the target (DFLASH_SGLANG_STEP_RECORD), else None.
+        self.step_record = step_record(self.widths, settings.tp_rank)
         self.verify = self.verify_phase()
         # A hybrid target's recurrent-state commit, bound with the backends (init_attention_backends).
         recurrent_state = RecurrentStateCommit(target_worker, self.widths.widest, self.tree is not None)
         self.commit = Committing(self.context, recurrent_state)
-        # Testing: what each step handed the target (DFLASH_SGLANG_STEP_RECORD), else None.
-        self.step_record = self.verify.record = step_record(self.widths, settings.tp_rank)
         self.penalties: PenaltyLedger | None = None  # allocated by the first penalised request
         logger.info(settings.startup_line(self.widths.describe))
 
@@ -122,7 +122,7 @@ class DFlashWorker(BaseSpecWorker):
         else:
             chain = ChainRule(self.tp, self.block_verification)
         trees = None if self.tree is None else TreeRule(self.tp, self.model_runner)
-        return Verifying(self.target_worker, self.drafter_stream, self.tree, chain, trees)
+        return Verifying(self.target_worker, self.drafter_stream, self.tree, chain, trees, self.step_record)
 
     # ---- SGLang's worker interface -----------------------------------------------------------
     # What SGLang reads on a spec worker, and nothing else: these, and BaseSpecWorker's own

@@ -102,11 +102,11 @@ class TreeRule:
 class Verifying:
     """The verify phase: the target forward over a block, then its acceptance rule."""
 
-    def __init__(self, target_worker, stream, tree, chain_rule, tree_rule: TreeRule | None):
+    def __init__(self, target_worker, stream, tree, chain_rule, tree_rule: TreeRule | None, record=None):
         self.target_worker, self.tree = target_worker, tree
         self.stream = stream  # the drafter's (runtime/streams.py): the drafts must be there
         self.chain_rule, self.tree_rule = chain_rule, tree_rule
-        self.record = None  # step/step_record.py's, where a test asks for one
+        self.record = record  # step/step_record.py's, where a test asks for one
 
     def __call__(
         self, batch, block: Block, penalties: PenaltyLedger | None, grammar_barrier=None

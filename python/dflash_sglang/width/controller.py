@@ -123,6 +123,9 @@ def forced_widths(widest: int) -> tuple[int, ...]:
         raise DFlashConfigError(f"{WIDTHS_ENV} with --enable-dp-attention: DP ranks verify whole blocks")
     return widths
 
+# Why a policy built without a server's reasons (a unit test's) keeps the adaptive width off.
+OUTSIDE_A_SERVER = "no server gave its reasons"
+
 
 class VerifyWidth:
     """The width of every decode step: the widest (the block, or a tree's N nodes), the forced
@@ -130,7 +133,7 @@ class VerifyWidth:
 
     def __init__(
         self, block_size: int, device="cpu", tp_group=None, tree_nodes: int | None = None,
-        default_off_because: str | None = "", metrics: bool = False, tp_rank: int = 0,
+        default_off_because: str | None = OUTSIDE_A_SERVER, metrics: bool = False, tp_rank: int = 0,
         ragged_off_because: str | None = "per-request lengths not asked for", partial_drafter: bool = False,
     ):  # fmt: skip
         """default_off_because: why the adaptive width is off unless asked for (None: on unless
@@ -179,11 +182,11 @@ class VerifyWidth:
                 partial = ", drafting only requests that verify drafts" if self.partial_drafter else ""
                 return f"{how}, per request ({LENGTHS_ENV}=0: one width a batch{partial})"
             asked_off = REQUEST_LENGTHS.value() is not None  # else a tree's default
-            why = self.ragged_off_because or (
-                f"{LENGTHS_ENV}=0" if asked_off or not self.trees else TREES_ONE_BUDGET
-            )
+            why = self.ragged_off_because
+            if why is None:  # it could, but was asked not to (or a tree's default)
+                why = f"{LENGTHS_ENV}=0" if asked_off or not self.trees else TREES_ONE_BUDGET
             return f"{how}, one width a batch ({why})" if self.widest > 1 else how
-        if explicit or not self.default_off_because:
+        if explicit or self.default_off_because is None:
             return "the block size"
         why = self.default_off_because
         return f"the block size (adaptive off by default: {why}; {ADAPTIVE_ENV}=1 turns it on)"
