@@ -151,3 +151,23 @@ def test_one_server_against_each_other_paired_by_repeat_with_a_sign_test(run):
     assert len(rows) == 3  # no-spec verified nothing: not a speculative server, not compared
     assert "### dflash against each server, paired by repeat" in report.markdown(run, paired_with="dflash")
     assert "paired by repeat" not in report.markdown(run)
+
+
+def test_each_server_against_the_builtin_paired_by_repeat(run):
+    """The tiny-cpu run's bar (issue 59): each of ours over SGLang's built-in, repeat by repeat."""
+    dflash, baseline = run.servers
+    builtin = ServerRun("sglang built-in", "http://127.0.0.1:3", "tiny", "DFLASH", 4, "tiny-draft",
+                        levels=[level(1, 4.0, [10, 5, 3, 2]), level(4, 1.6, [10, 5, 3, 2])])  # fmt: skip
+    run.servers.append(builtin)
+    dflash.levels[0].repeats, builtin.levels[0].repeats = [40.0, 30.0, 50.0], [20.0, 30.0, 25.0]
+    dflash.levels[1].repeats, builtin.levels[1].repeats = [90.0, 110.0, 100.0], [100.0, 100.0, 80.0]
+    for lv in baseline.levels:
+        lv.repeats = [10.0, 10.0, 10.0]
+    run.repeats = 3
+    rows = report.against_table(run, "sglang built-in").splitlines()
+    ratios = "| 2.00 (1.00-2.00), 2/3 | 1.10 (0.90-1.25), 2/3 | 4/6, p 0.344 |"
+    assert rows[2] == f"| dflash / sglang built-in {ratios}"
+    assert len(rows) == 3
+    text = report.markdown(run, against="sglang built-in")
+    assert "### Each server against sglang built-in, paired by repeat" in text
+    assert "against sglang built-in" not in report.markdown(run)

@@ -137,29 +137,43 @@ def paired_table(run: BenchRun, label: str) -> str:
     by side): the median ratio, its range, how many repeats were above 1, and the sign test of
     those counts pooled over every concurrency."""
     ours = run.server(label)
-    rows = []
-    for other in speculative(run):
-        if other is ours:
+    rows = [ratio_row(run, ours, other) for other in speculative(run) if other is not ours]
+    return ratio_table(ours, rows)
+
+
+def against_table(run: BenchRun, reference: str) -> str:
+    """Each other speculative server's tokens/s over `reference`'s (SGLang's built-in), paired by
+    repeat as in paired_table."""
+    base = run.server(reference)
+    rows = [ratio_row(run, server, base) for server in speculative(run) if server is not base]
+    return ratio_table(base, rows)
+
+
+def ratio_row(run: BenchRun, numerator: ServerRun, denominator: ServerRun) -> list[str]:
+    cells, above, trials = [], 0, 0
+    for level in numerator.levels:
+        ratios = paired_speedups(level, denominator.level(level.concurrency))
+        if not ratios:
+            cells.append("n/a")
             continue
-        cells, above, trials = [], 0, 0
-        for level in ours.levels:
-            ratios = paired_speedups(level, other.level(level.concurrency))
-            if not ratios:
-                cells.append("n/a")
-                continue
-            up = sum(r > 1.0 for r in ratios)
-            above, trials = above + up, trials + len(ratios)
-            spread = f"{min(ratios):.2f}-{max(ratios):.2f}"
-            cells.append(f"{statistics.median(ratios):.2f} ({spread}), {up}/{len(ratios)}")
-        pooled = f"{above}/{trials}, p {sign_test(above, trials):.3f}" if trials else "n/a"
-        rows.append([f"{label} / {other.label}", *cells, pooled])
-    levels = [f"c={lv.concurrency}" for lv in ours.levels]
-    header = ["tokens/s ratio", *levels, "above 1, all levels (sign test)"]
-    return table(header, rows)
+        up = sum(r > 1.0 for r in ratios)
+        above, trials = above + up, trials + len(ratios)
+        spread = f"{min(ratios):.2f}-{max(ratios):.2f}"
+        cells.append(f"{statistics.median(ratios):.2f} ({spread}), {up}/{len(ratios)}")
+    pooled = f"{above}/{trials}, p {sign_test(above, trials):.3f}" if trials else "n/a"
+    return [f"{numerator.label} / {denominator.label}", *cells, pooled]
 
 
-def markdown(run: BenchRun, plots: list[str] = (), paired_with: str | None = None) -> str:
-    """The run's report; `paired_with`: a server to compare with each other one, repeat by repeat."""
+def ratio_table(server: ServerRun, rows: list[list[str]]) -> str:
+    levels = [f"c={lv.concurrency}" for lv in server.levels]
+    return table(["tokens/s ratio", *levels, "above 1, all levels (sign test)"], rows)
+
+
+def markdown(
+    run: BenchRun, plots: list[str] = (), paired_with: str | None = None, against: str | None = None
+) -> str:
+    """The run's report; `paired_with`: a server to compare with each other one, repeat by repeat;
+    `against`: a server (SGLang's built-in) each other one is compared with, repeat by repeat."""
     parts = [
         setup(run),
         "### Throughput, latency, acceptance\n\n" + throughput_table(run),
@@ -171,6 +185,9 @@ def markdown(run: BenchRun, plots: list[str] = (), paired_with: str | None = Non
     if paired_with and run.repeats and run.repeats > 1:
         title = f"### {paired_with} against each server, paired by repeat (median (range), repeats above 1)"
         parts.insert(2, f"{title}\n\n" + paired_table(run, paired_with))
+    if against and run.server(against) is not None and run.repeats and run.repeats > 1:
+        title = f"### Each server against {against}, paired by repeat (median (range), repeats above 1)"
+        parts.insert(2, f"{title}\n\n" + against_table(run, against))
     parts += [f"![{name}]({name})" for name in plots]
     return "\n\n".join(parts) + "\n"
 

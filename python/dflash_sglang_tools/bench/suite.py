@@ -272,13 +272,18 @@ def embed(docs: Path, markdown: str, marker: str = "make bench") -> bool:
     return True
 
 
+# Runs whose servers are each set against SGLang's built-in, repeat by repeat (report.against_table).
+AGAINST_BUILTIN = {"tiny-cpu", "tiny-cpu-tp2"}
+
+
 def report_run(run, name: str, out: Path, docs: Path, marker: str | None = None, paired_with=None) -> None:
     """The run's files in `out`, its section of `docs`; `paired_with`: a server compared with each
     other one repeat by repeat (report.paired_table)."""
     written = write_outputs(run, out, name)
     images = [os.path.relpath(path, docs.parent) for key, path in written.items() if key.endswith(".png")]
     marker = marker or MARKERS[name]
-    if embed(docs, report.markdown(run, images, paired_with), marker):
+    against = "sglang built-in" if name in AGAINST_BUILTIN else None
+    if embed(docs, report.markdown(run, images, paired_with, against), marker):
         print(f"updated the {marker} section of {docs}")
     print(report.throughput_table(run))
     print("\nwrote", ", ".join(str(path) for path in written.values()))
