@@ -133,16 +133,21 @@ def test_repeated_levels_show_their_ranges_and_mark_no_difference(run):
     assert "Each server ran 3 times" in report.markdown(run)
 
 
-def test_one_server_against_each_other_paired_by_repeat_with_a_sign_test(run):
+def add_repeated_rival(run, label: str) -> None:
+    """A second speculative server beside `dflash`, three repeats each, run side by side."""
     dflash, baseline = run.servers
-    other = ServerRun("other", "http://127.0.0.1:3", "tiny", "DFLASH", 4, "tiny-draft", "another worker",
+    rival = ServerRun(label, "http://127.0.0.1:3", "tiny", "DFLASH", 4, "tiny-draft", "another worker",
                       levels=[level(1, 4.0, [10, 5, 3, 2]), level(4, 1.6, [10, 5, 3, 2])])  # fmt: skip
-    run.servers.append(other)
-    dflash.levels[0].repeats, other.levels[0].repeats = [40.0, 30.0, 50.0], [20.0, 30.0, 25.0]
-    dflash.levels[1].repeats, other.levels[1].repeats = [90.0, 110.0, 100.0], [100.0, 100.0, 80.0]
+    run.servers.append(rival)
+    dflash.levels[0].repeats, rival.levels[0].repeats = [40.0, 30.0, 50.0], [20.0, 30.0, 25.0]
+    dflash.levels[1].repeats, rival.levels[1].repeats = [90.0, 110.0, 100.0], [100.0, 100.0, 80.0]
     for lv in baseline.levels:
         lv.repeats = [10.0, 10.0, 10.0]
     run.repeats = 3
+
+
+def test_one_server_against_each_other_paired_by_repeat_with_a_sign_test(run):
+    add_repeated_rival(run, "other")
     rows = report.paired_table(run, "dflash").splitlines()
     assert rows[0] == "| tokens/s ratio | c=1 | c=4 | above 1, all levels (sign test) |"
     # 40/20, 30/30, 50/25: median 2.00, one tie (not above); 0.90, 1.10, 1.25: two above.
@@ -155,15 +160,7 @@ def test_one_server_against_each_other_paired_by_repeat_with_a_sign_test(run):
 
 def test_each_server_against_the_builtin_paired_by_repeat(run):
     """The tiny-cpu run's bar (issue 59): each of ours over SGLang's built-in, repeat by repeat."""
-    dflash, baseline = run.servers
-    builtin = ServerRun("sglang built-in", "http://127.0.0.1:3", "tiny", "DFLASH", 4, "tiny-draft",
-                        levels=[level(1, 4.0, [10, 5, 3, 2]), level(4, 1.6, [10, 5, 3, 2])])  # fmt: skip
-    run.servers.append(builtin)
-    dflash.levels[0].repeats, builtin.levels[0].repeats = [40.0, 30.0, 50.0], [20.0, 30.0, 25.0]
-    dflash.levels[1].repeats, builtin.levels[1].repeats = [90.0, 110.0, 100.0], [100.0, 100.0, 80.0]
-    for lv in baseline.levels:
-        lv.repeats = [10.0, 10.0, 10.0]
-    run.repeats = 3
+    add_repeated_rival(run, "sglang built-in")
     rows = report.against_table(run, "sglang built-in").splitlines()
     ratios = "| 2.00 (1.00-2.00), 2/3 | 1.10 (0.90-1.25), 2/3 | 4/6, p 0.344 |"
     assert rows[2] == f"| dflash / sglang built-in {ratios}"
