@@ -17,6 +17,7 @@ def no_dp_attention(monkeypatch):
 
 def test_without_the_switch_every_step_verifies_the_whole_block(monkeypatch):
     monkeypatch.delenv(WIDTHS_ENV, raising=False)
+    monkeypatch.delenv(controller.ADAPTIVE_ENV, raising=False)  # the server tests' conftest pins it
     widths = VerifyWidth(8)
     assert [widths.choose(None).width for _ in range(3)] == [8, 8, 8]
     assert widths.describe.startswith("the block size (adaptive off by default: no server gave its reasons")

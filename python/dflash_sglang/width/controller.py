@@ -123,6 +123,7 @@ def forced_widths(widest: int) -> tuple[int, ...]:
         raise DFlashConfigError(f"{WIDTHS_ENV} with --enable-dp-attention: DP ranks verify whole blocks")
     return widths
 
+
 # Why a policy built without a server's reasons (a unit test's) keeps the adaptive width off.
 OUTSIDE_A_SERVER = "no server gave its reasons"
 
