@@ -4,6 +4,7 @@ draft_counts), whose law is the law of the block cut to that length. The ragged 
 tested on real servers (tests/server/test_verify_width.py)."""
 
 from itertools import product
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -247,3 +248,15 @@ def test_the_partial_drafter_switch(monkeypatch):
     assert partial_drafter_requested(None)
     with pytest.raises(DFlashConfigError, match="PARTIAL_DRAFTER=1 with --speculative-draft-window-size"):
         partial_drafter_requested(64)
+
+
+@pytest.mark.parametrize("partial", [True, False])
+def test_the_plan_names_the_requests_a_partial_drafter_drafts(monkeypatch, partial):
+    """The step's plan carries the drafted rows to drafting (step/drafting.py): with the partial
+    drafter, the requests that verify drafts (length > 1); without it, None (every request)."""
+    monkeypatch.setenv(FORCED_LENGTHS_ENV, "8,1,4")
+    widths = VerifyWidth(8, ragged_off_because=None, partial_drafter=partial)
+    batch = SimpleNamespace(reqs=[object()] * 4)
+    plan = widths.choose(batch)
+    assert plan.lengths == (8, 1, 4, 8) and plan.width == 8 and plan.widest
+    assert plan.drafted == ((0, 2, 3) if partial else None)

@@ -28,13 +28,14 @@ from .tp_agreement import TpAgreement
 from .tree_drafting import TreeBlocks
 
 
-def blocks_for(model_runner, draft_runner, draft_model, tp: TpAgreement, tree, draft_vocab, sampled: bool):
+def blocks_for(model_runner, draft_runner, draft_model, head: TargetHead, tp: TpAgreement, tree, draft_vocab,
+               sampled: bool):  # fmt: skip
     """The drafter's kind, once at startup: a tree's block (`tree`: its settings), or a chain's by
     the drafter (Domino, DFlash2, plain; `sampled`: drafts sampled at temperature > 0)."""
     if tree is not None:
         return TreeBlocks(tree, draft_vocab, model_runner, draft_runner)
     vocab = model_runner.model_config.vocab_size
-    drafts = chain_drafts_for(draft_model, TargetHead(model_runner), tp, sampled, vocab)
+    drafts = chain_drafts_for(draft_model, head, tp, sampled, vocab)
     return ChainBlocks(drafts, model_runner, draft_runner)
 
 
@@ -50,9 +51,11 @@ class Drafting:
         self.stream = stream  # the drafter's CUDA stream (runtime/streams.py)
         self.block_size, self.device = block_size, device
         self.context = context  # plain steps' injections, written before the drafter reads
-        # the drafter's kind: what block its features make (a chain by drafter, or a tree)
-        self.blocks = blocks_for(model_runner, draft_runner, draft_model, tp, tree, draft_vocab, sampled)
         self.head = TargetHead(model_runner)  # the block is embedded with the target's embedding
+        # the drafter's kind: what block its features make (a chain by drafter, or a tree)
+        self.blocks = blocks_for(
+            model_runner, draft_runner, draft_model, self.head, tp, tree, draft_vocab, sampled
+        )
         self.mask_token_id = draft_model.config.mask_token_id
         self.block_offsets = torch.arange(block_size, device=device)
         self.draft_block_info = make_draft_block_spec_info(draft_token_num=block_size, device=device)
