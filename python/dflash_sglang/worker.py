@@ -52,7 +52,7 @@ from .step.drafting import Drafting
 from .step.hybrid import RecurrentStateCommit
 from .step.step_record import step_record
 from .step.tp_agreement import TpAgreement, draft_scope
-from .step.verifying import ChainRule, SimulatedRule, TreeRule, Verifying
+from .step.verifying import ChainRule, PlainRule, SimulatedRule, TreeRule, Verifying
 from .width.controller import VerifyWidth
 
 logger = logging.getLogger(__name__)
@@ -122,7 +122,8 @@ class DFlashWorker(BaseSpecWorker):
         else:
             chain = ChainRule(self.tp, self.block_verification)
         trees = None if self.tree is None else TreeRule(self.tp, self.model_runner)
-        return Verifying(self.target_worker, self.drafter_stream, self.tree, chain, trees, self.step_record)
+        plain = PlainRule(self.tp, self.model_runner)  # a step of width 1: SGLang's own sampler
+        return Verifying(self.target_worker, self.drafter_stream, self.tree, chain, trees, plain, self.step_record)
 
     # ---- SGLang's worker interface -----------------------------------------------------------
     # What SGLang reads on a spec worker, and nothing else: these, and BaseSpecWorker's own

@@ -106,10 +106,47 @@ POLICY_BUGS = {
         "request's first k (this one breaks the sampled law as well)",
         "sampled chain (adaptive)",
     ),
+    # Issue 64: the layout a plan reaches the target with, and what a step's time is filed under.
+    "uniform_lengths_verified_ragged": Bug(
+        VERIFY_WIDTH,
+        "        if lengths is not None and lengths.uniform:\n",
+        "        if lengths is not None and lengths.uniform and False:  # (planted)\n",
+        "per-request lengths that all agree still reach the target ragged (the flat layout, no graphs) "
+        "instead of one width a batch",
+        "chain (adaptive, per-request lengths)",
+    ),
+    "plain_step_through_the_chain_rule": Bug(
+        "step/verifying.py",
+        "return self.plain_rule if block.plan.width == 1 else self.chain_rule",
+        "return self.chain_rule  # (planted) a plain step through the speculative rule",
+        "a step verifying no draft draws its token through the speculative verify (row laws, coins), "
+        "not SGLang's own sampler: exact, but it costs more than a no-spec step",
+        "chain, tree (plain steps)",
+    ),
+    "ragged_step_filed_at_the_batch_width": Bug(
+        VERIFY_WIDTH,
+        "batch_size, max(2, round(total / batch_size)), total, drafted",
+        "batch_size, width, total, drafted",
+        "a ragged step's time filed under the batch's longest length, not its nearest whole width: "
+        "the widest's curve priced at a mostly plain step's cost",
+        "chain (adaptive, per-request lengths)",
+    ),
+    "plain_steps_filed_as_drafted": Bug(
+        "width/step_times.py",
+        "        elif width == 1:\n",
+        "        elif width == 1 and batch_size == 1:  # (planted)\n",
+        "a plain step of a batch above 1 filed as a drafted step of batch-size tokens: plain decoding "
+        "priced from the drafted curve",
+        "chain, tree (adaptive)",
+    ),
 }
 
 # The engine-free tests that fail with each bug planted (and pass without): pytest node ids.
 SEAMS = "tests/test_policy_seams.py"
+ACCOUNTING_PROPERTIES = (
+    "tests/test_policy_accounting.py::"
+    "test_every_plan_is_what_it_says_reaches_the_target_so_and_is_filed_under_its_shape"
+)
 CAUGHT_BY = {
     "ragged_verify_off": [f"{SEAMS}::test_a_ragged_step_reaches_the_target_as_each_requests_own_positions"],
     "recorded_at_batch_width": [f"{SEAMS}::test_a_ragged_step_is_recorded_at_each_requests_own_length"],
@@ -135,6 +172,12 @@ CAUGHT_BY = {
         "tests/test_runtime_policy.py::test_a_fixed_width_neither_chooses_nor_times_nor_learns_and_0_resumes_the_policy"
     ],
     "narrow_wrong_rows": [f"{SEAMS}::test_narrow_keeps_each_requests_first_k_positions"],
+    "uniform_lengths_verified_ragged": [ACCOUNTING_PROPERTIES],
+    "plain_step_through_the_chain_rule": [ACCOUNTING_PROPERTIES],
+    "ragged_step_filed_at_the_batch_width": [ACCOUNTING_PROPERTIES],
+    "plain_steps_filed_as_drafted": [
+        "tests/test_policy_accounting.py::test_a_record_lands_in_the_one_table_its_key_names"
+    ],
 }
 # Server tests that fail with the bug planted (step_records.py: what each step handed the target):
 # the only catchers of bugs whose seam needs an engine, a second line behind the engine-free ones.
@@ -147,6 +190,9 @@ CAUGHT_ON_A_SERVER = {
         f"{VERIFY_WIDTH_SERVER}::test_each_step_accepted_what_the_reference_does_at_the_lengths_it_verified[sync]"
     ],
     # the first step the ranks choose differently desynchronises the verify's collectives
+    "plain_step_through_the_chain_rule": [
+        "tests/server/test_plain_steps.py::test_a_plain_step_draws_what_the_no_spec_sampler_draws"
+    ],
     "tp_ranks_choose_alone": [
         "tests/server/test_tp.py::test_both_ranks_handed_the_target_the_same_steps_the_policy_chose[overlap]"
     ],

@@ -10,6 +10,7 @@
     sampled_verify.py  temperature > 0: exact rejection for point or sampled drafts without
                        [bs, B, V] tensors
     block_verify.py    block verification of sampled drafts (SGLang's flag; engine-free)
+    plain_draw.py      a plain step's token (width 1): SGLang's own sampler, as no-spec draws it
     prewarm.py         the startup rehearsal of the sampled verify's and the draw's memory
     verify_logits.py   a request's settings on the verify logits, in the no-spec order
     penalties.py       frequency / presence / repetition / min_new_tokens, exact per position

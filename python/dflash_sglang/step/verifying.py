@@ -10,6 +10,8 @@ chosen once, at startup, one per kind of block:
               simulated acceptance instead when a benchmark asks for it (width/)
     a tree    the walk over the target's draws at every node (tree/verify.py), the accepted path
               moved to the front of the block's KV
+    no draft  a plain step (the plan's width 1): SGLang's own sampler draws the token, as on a
+              no-spec server (sampling/plain_draw.py); no speculative verify math runs
 
 Every TP rank commits rank 0's decision (step/tp_agreement.py). The phase returns a `Verified`,
 which the commit phase takes whole and the width policy learns from (a tree's walk).
@@ -28,6 +30,7 @@ from ..runtime.block import Block
 from ..runtime.spec_info import host_read_bound
 from ..sampling.accept import Acceptance, greedy_accept
 from ..sampling.penalties import PenaltyLedger
+from ..sampling.plain_draw import plain_draw
 from ..sampling.sampled_verify import sampled_accept
 from ..sampling.target_law import draw_every_row, is_greedy
 from ..sampling.verify_logits import adjust_verify_logits, grammar_tree
@@ -66,6 +69,19 @@ class ChainRule:
         return Verified(target_out, self.tp.accepted(accepted, greedy=greedy))
 
 
+class PlainRule:
+    """A step that verifies no draft: each request's token from SGLang's own sampler."""
+
+    def __init__(self, tp: TpAgreement, model_runner):
+        self.tp, self.sampler = tp, model_runner.sampler
+
+    def __call__(self, batch, block: Block, logits: torch.Tensor, target_out, rows=None) -> Verified:
+        """rows: always None (a plain step's lengths are all 1: one width)."""
+        info = batch.sampling_info
+        accepted = plain_draw(self.sampler, logits, info, block.positions)
+        return Verified(target_out, self.tp.accepted(accepted, greedy=is_greedy(info)))
+
+
 class SimulatedRule:
     """Benchmarking only: acceptance drawn at set rates (sampling/simulated_acceptance.py)."""
 
@@ -102,10 +118,12 @@ class TreeRule:
 class Verifying:
     """The verify phase: the target forward over a block, then its acceptance rule."""
 
-    def __init__(self, target_worker, stream, tree, chain_rule, tree_rule: TreeRule | None, record=None):
+    def __init__(self, target_worker, stream, tree, chain_rule, tree_rule: TreeRule | None, plain_rule=None,
+                 record=None):  # fmt: skip
         self.target_worker, self.tree = target_worker, tree
         self.stream = stream  # the drafter's (runtime/streams.py): the drafts must be there
         self.chain_rule, self.tree_rule = chain_rule, tree_rule
+        self.plain_rule = plain_rule or chain_rule  # a step of width 1
         self.record = record  # step/step_record.py's, where a test asks for one
 
     def __call__(
@@ -124,8 +142,13 @@ class Verifying:
         if penalties is not None:
             penalties.catch_up(batch.reqs)  # a PD decode server's requests start here
         adjust_verify_logits(logits, batch, block.tokens, penalties, grammar, grammar_barrier, block.tree)
-        rule = self.chain_rule if block.tree is None else self.tree_rule
-        return rule(batch, block, logits, target_out, rows)
+        return self.rule(block)(batch, block, logits, target_out, rows)
+
+    def rule(self, block: Block):
+        """The block's acceptance rule: a tree's walk, a plain step's draw, or the chain's."""
+        if block.tree is not None:
+            return self.tree_rule
+        return self.plain_rule if block.plan.width == 1 else self.chain_rule
 
     def ragged_forward(self, batch, block: Block, rows):
         """The verify forward over each request's first L_i positions; its outputs in the block's

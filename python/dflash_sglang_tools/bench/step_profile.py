@@ -33,7 +33,7 @@ from pathlib import Path
 
 import psutil
 
-from dflash_sglang.environment import ADAPTIVE_WIDTH, WORKER
+from dflash_sglang.environment import ADAPTIVE_WIDTH, VERIFY_WIDTHS, WORKER
 
 from ..testing.server import CPU_ARGS, SGLangServer
 from .cli import concurrency_list
@@ -51,9 +51,13 @@ PY_SPY = shutil.which("py-spy") or shutil.which("py-spy", path=str(Path(sys.exec
 class Server:
     label: str
     env: dict = field(default_factory=dict)
+    speculative: bool = True  # False: the same target without speculation (SGLang's own decode step)
 
 
 SERVERS = [
+    Server("no-spec", speculative=False),
+    Server("ours (plain loop, width 1)", {VERIFY_WIDTHS.name: "1"}),
+    Server("ours (overlap loop, width 1)", {VERIFY_WIDTHS.name: "1", "SGLANG_ENABLE_SPEC_V2": "1"}),
     Server("ours (plain loop, as launched)"),
     Server("ours (overlap loop, as launched)", {"SGLANG_ENABLE_SPEC_V2": "1"}),
     Server("ours (plain loop, whole blocks)", {ADAPTIVE_WIDTH.name: "0"}),
@@ -61,6 +65,8 @@ SERVERS = [
 ]
 
 OUR_WORKER = "dflash_sglang/worker.py"
+# A no-spec server's step: SGLang's TpModelWorker runs the forward and samples.
+PLAIN_WORKER = "managers/tp_worker.py"
 BUILTIN_WORKER = "dflash_worker_v2.py"
 # The built-in's forward_batch_generation (SGLang 0.5.23), by its own "--- n)" comments.
 BUILTIN_PHASES = [(2345, 2424, "prefill"), (2424, 2488, "idle"), (2488, 2819, "draft"),
@@ -86,6 +92,8 @@ def phase_of(frames: list[str]) -> str:
             phase = next((name for lo, hi, name in BUILTIN_PHASES if lo <= line < hi), "other")
         elif match["file"].endswith(OUR_WORKER):
             phase = our_phase(match["func"], inner)
+        elif match["file"].endswith(PLAIN_WORKER):
+            phase = "verify"  # the target's one forward and its sampling: the verify's columns
         else:
             continue
         return f"{phase}: {'model' if any(is_model(f) for f in inner) else 'step'}"
@@ -122,7 +130,7 @@ def scheduler_pid(server: SGLangServer) -> int:
 
 def profile(entry: Server, pair: Path, prompts, sampling: Sampling, concurrency: int, out: Path) -> dict:
     args = ["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", (pair / "draft").resolve(),
-            "--speculative-num-draft-tokens", 8]  # fmt: skip
+            "--speculative-num-draft-tokens", 8] if entry.speculative else []  # fmt: skip
     server = SGLangServer((pair / "target").resolve(), args, env=entry.env, base_args=CPU_ARGS)
     with server:
         model = describe(server.base_url, entry.label).model
@@ -194,14 +202,15 @@ def main(argv=None) -> None:
     p.add_argument("--concurrency", type=concurrency_list, default=[1, 4, 8])
     p.add_argument("--num-prompts", type=int, default=16)
     p.add_argument("--max-tokens", type=int, default=128)
-    p.add_argument("--only", default=None, help="comma-separated server labels (default: all)")
+    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--only", default=None, help="server labels, ';'-separated (default: all)")
     p.add_argument("--out", type=Path, default=Path("docs/bench/step-profile.json"))
     args = p.parse_args(argv)
     if PY_SPY is None:
         sys.exit("make bench-step-profile needs py-spy: pip install py-spy")
-    servers = [s for s in SERVERS if args.only is None or s.label in args.only.split(",")]
+    servers = [s for s in SERVERS if args.only is None or s.label in args.only.split(";")]
     prompts = take(load_prompts("tiny", pair_dir=args.pair), args.num_prompts)
-    sampling = Sampling(max_tokens=args.max_tokens)
+    sampling = Sampling(max_tokens=args.max_tokens, temperature=args.temperature)
     raw_dir = Path(tempfile.mkdtemp(prefix="step-profile-"))
     results = [
         profile(s, args.pair, prompts, sampling, c, raw_dir) for c in args.concurrency for s in servers
