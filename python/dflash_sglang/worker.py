@@ -123,7 +123,8 @@ class DFlashWorker(BaseSpecWorker):
             chain = ChainRule(self.tp, self.block_verification)
         trees = None if self.tree is None else TreeRule(self.tp, self.model_runner)
         plain = PlainRule(self.tp, self.model_runner)  # a step of width 1: SGLang's own sampler
-        return Verifying(self.target_worker, self.drafter_stream, self.tree, chain, trees, plain, self.step_record)
+        stream, record = self.drafter_stream, self.step_record
+        return Verifying(self.target_worker, stream, self.tree, chain, trees, plain, record)
 
     # ---- SGLang's worker interface -----------------------------------------------------------
     # What SGLang reads on a spec worker, and nothing else: these, and BaseSpecWorker's own

@@ -40,4 +40,3 @@ def plain_draw(sampler, logits: torch.Tensor, sampling_info, positions: torch.Te
         tokens, _ = sampler._sample_from_probs(probs, sampling_info, positions, simple)
     tokens = tokens.to(torch.int64).unsqueeze(1)
     return Acceptance(torch.ones_like(tokens[:, 0]), tokens)
-

@@ -213,7 +213,8 @@ class VerifyWidth:
         lengths = None
         if self.forced_lengths:
             lengths = forced_lengths(self.forced_lengths, self.steps, len(batch.reqs), self.widest)
-            width, lengths = lengths.width, None if lengths.uniform else lengths  # ragged only where they differ
+            # ragged only where they differ
+            width, lengths = lengths.width, None if lengths.uniform else lengths
         elif self.pattern:
             width = self.pattern[self.steps % len(self.pattern)]
         elif self.adaptive:
