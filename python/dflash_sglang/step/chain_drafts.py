@@ -2,7 +2,10 @@
 
 The kind is chosen once, at startup (`chain_drafts_for`), as the acceptance rules are
 (step/verifying.py); each turns the block's features [bs, B, H] and the verified tokens [bs] into
-the drafts [bs, B-1] and, where they were sampled, their law q (else None: point drafts):
+the drafts [bs, B-1] and, where they were sampled, their law q (else None: point drafts). The
+plain kind draws only the drafts the step verifies (its width - 1 a request): an exploring step at
+width 2 pays one LM-head row and one draw a request, not B-1 (at T > 0 each a softmax over the
+vocabulary); the walks draft the whole block, which the verify then cuts.
 
     PlainDrafts     the argmax over the target's LM head at each mask position, or at temperature
                     > 0 (unless DFLASH_SGLANG_SAMPLED_DRAFTS=0) a draw from the request's law over
@@ -39,8 +42,11 @@ class PlainDrafts:
         self.head, self.tp = head, tp  # sampled drafts: every TP rank verifies rank 0's draws
         self.sampled, self.vocab = sampled, vocab
 
-    def __call__(self, block_hidden: torch.Tensor, verified: torch.Tensor, batch):
-        hidden, info = block_hidden[:, 1:], batch.sampling_info
+    def __call__(self, block_hidden: torch.Tensor, verified: torch.Tensor, batch, width: int | None = None):
+        """width: the positions the step verifies (None: the block); drafts beyond it are not drawn."""
+        hidden, info = block_hidden[:, 1:width], batch.sampling_info
+        if hidden.shape[1] == 0:  # a plain step that ran the drafter (a draft window's)
+            return torch.empty(hidden.shape[:2], dtype=torch.int64, device=hidden.device), None
         if self.sampled and not is_greedy(info):
             drafts, proposal = draw_drafts(hidden, self.head.logits_of(), info, self.vocab, batch.reqs)
             return self.tp.sampled_drafts(drafts), proposal
@@ -55,8 +61,8 @@ class SelectorDrafts:
         self.head, self.tp, self.sampled = head, tp, sampled
         self.selector, self.config = draft_model.candidate_selector, draft_model.config
 
-    def __call__(self, block_hidden: torch.Tensor, verified: torch.Tensor, batch):
-        hidden, selector, config = block_hidden[:, 1:], self.selector, self.config
+    def __call__(self, block_hidden: torch.Tensor, verified: torch.Tensor, batch, width: int | None = None):
+        hidden, selector, config = block_hidden[:, 1:], self.selector, self.config  # its walk: every position
         head, shape = self.head, (*hidden.shape[:2], selector.top_k)
         values, ids = vocab_parallel_topk(hidden.flatten(0, 1), head.lm_head, selector.top_k, head.group)
         values, ids = values.view(shape), ids.view(shape)
@@ -77,8 +83,8 @@ class DominoDrafts:
         # SGLang's --speculative-domino-candidate-pool-size (0: every token a candidate)
         self.pool = get_spec().speculative_domino_candidate_pool_size
 
-    def __call__(self, block_hidden: torch.Tensor, verified: torch.Tensor, batch):
-        drafts = domino_block_drafts(
+    def __call__(self, block_hidden: torch.Tensor, verified: torch.Tensor, batch, width: int | None = None):
+        drafts = domino_block_drafts(  # its rollout: every position
             block_hidden, self.shift, self.head.logits_of(), self.gru, self.embed_proj, verified,
             self.head.embed, self.pool,
         )  # fmt: skip
@@ -106,7 +112,8 @@ class ChainBlocks:
         """`block`: [verified token, mask x (B-1)] and where it lives (draft_loc None: no ring, the
         target's slots); `hidden`: the drafter's features over it."""
         tokens = block.tokens
-        tokens[:, 1:], proposal = self.drafts(hidden, verified, batch)
+        drafts, proposal = self.drafts(hidden, verified, batch, plan.width)
+        tokens[:, 1 : 1 + drafts.shape[1]] = drafts  # past them: masks, cut by the narrow below
         draft_loc = block.draft_loc
         if draft_loc is None:
             draft_loc = draft_slots(block.kv_plan, self.draft_runner.kv_index_translator, *tokens.shape)
