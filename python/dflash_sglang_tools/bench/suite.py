@@ -28,7 +28,10 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
+
 from dflash_sglang.drafter.config import DFlashConfig
+from dflash_sglang.drafter.model import DFlashDraftModel
 from dflash_sglang.environment import ADAPTIVE_WIDTH, SAMPLED_DRAFTS, WORKER
 
 from ..testing.server import CPU_ARGS, ServerError, SGLangServer
@@ -153,6 +156,8 @@ SAMPLED_VARIANTS = [
             "our worker, SGLANG_ENABLE_SPEC_V2=1, DFLASH_SGLANG_SAMPLED_DRAFTS=0"),
     Variant("sampled drafts", True, OVERLAP,
             "our worker, SGLANG_ENABLE_SPEC_V2=1 (sampled drafts, the default)"),
+    Variant("sampled drafts, no switches", True, notes="our worker under SGLang's synchronous loop, as a "
+            "server launched without the cards' SGLANG_ENABLE_SPEC_V2 runs it"),
     Variant("sampled drafts, block verification", True, OVERLAP,
             "our worker, SGLANG_ENABLE_SPEC_V2=1, --speculative-use-block-verification",
             args=("--speculative-use-block-verification",)),
@@ -165,7 +170,8 @@ SAMPLED_VARIANTS = [
 WHOLE_BLOCK_SAMPLED_VARIANTS = [SAMPLED_VARIANTS[0]] + [
     Variant(f"{v.label}, whole blocks", True, {**v.env, **FIXED},
             f"{v.notes}, DFLASH_SGLANG_ADAPTIVE_WIDTH=0", args=v.args)
-    for v in SAMPLED_VARIANTS[1:4]
+    for v in SAMPLED_VARIANTS
+    if v.label in ("point drafts", "sampled drafts", "sampled drafts, block verification")
 ]  # fmt: skip
 
 # DFlash2 at temperature > 0 (docs/sampled-drafts.md): the selector trained on the pair's drafter
@@ -185,13 +191,26 @@ DFLASH2_VARIANTS = [
             args=("--speculative-use-block-verification",)),
 ]  # fmt: skip
 
+# A drafter that never fits (issue 64): the pair's drafter re-initialised at random, so its drafts
+# rarely match the target's, at T 0.8 and block 16; "never slower than no speculation" is the bar.
+NEVER_FITS_PAIR = Path(".never-fits")
+NEVER_FITS_VARIANTS = [
+    Variant("no-spec", False, notes="plain decoding (the baseline)"),
+    Variant("ours, no switches", True, notes="our worker (SGLang's synchronous loop), block 16, a drafter "
+            "of random weights, the adaptive width (the default on CPU)", block=16),
+    Variant("ours, SGLANG_ENABLE_SPEC_V2=1", True, OVERLAP,
+            "our overlap worker (the seed cards' flag), block 16, a drafter of random weights", block=16),
+]  # fmt: skip
+
 # Output name -> its variants (the first is the baseline) and its markers in docs/benchmarks.md.
 RUNS = {"tiny-cpu": VARIANTS, "tiny-cpu-tp2": TP2_VARIANTS, "tiny-cpu-tree": TREE_VARIANTS,
         "tiny-cpu-hybrid-tree": HYBRID_TREE_VARIANTS, "tiny-cpu-hybrid": hybrid_variants.variants(Variant),
         "tiny-cpu-t0.6": SAMPLED_VARIANTS, "tiny-cpu-t1.0": SAMPLED_VARIANTS,
         "tiny-cpu-t1.0-whole": WHOLE_BLOCK_SAMPLED_VARIANTS,
-        "tiny-cpu-dflash2-t0.6": DFLASH2_VARIANTS, "tiny-cpu-dflash2-t1.0": DFLASH2_VARIANTS}  # fmt: skip
+        "tiny-cpu-dflash2-t0.6": DFLASH2_VARIANTS, "tiny-cpu-dflash2-t1.0": DFLASH2_VARIANTS,
+        "tiny-cpu-never-fits-t0.8": NEVER_FITS_VARIANTS}  # fmt: skip
 TEMPERATURE = {"tiny-cpu-t0.6": 0.6, "tiny-cpu-t1.0": 1.0, "tiny-cpu-t1.0-whole": 1.0,
+               "tiny-cpu-never-fits-t0.8": 0.8,
                "tiny-cpu-dflash2-t0.6": 0.6, "tiny-cpu-dflash2-t1.0": 1.0}  # fmt: skip
 # (the other runs are greedy)
 MARKERS = {
@@ -200,6 +219,7 @@ MARKERS = {
     "tiny-cpu-t0.6": "make bench t0.6", "tiny-cpu-t1.0": "make bench t1.0",
     "tiny-cpu-t1.0-whole": "make bench t1.0 whole blocks",
     "tiny-cpu-dflash2-t0.6": "make bench dflash2 t0.6", "tiny-cpu-dflash2-t1.0": "make bench dflash2 t1.0",
+    "tiny-cpu-never-fits-t0.8": "make bench never fits t0.8",
     "adaptive-cpu": "make bench adaptive", "adaptive-cpu-simulated": "make bench adaptive simulated",
 }  # fmt: skip
 
@@ -210,6 +230,21 @@ def hybrid_pair() -> Path:
 
         write_tiny_hybrid_pair(HYBRID_PAIR, seed=0, block_size=8, shape=HybridShape(hot_tokens=3))
     return HYBRID_PAIR
+
+
+def never_fitting_pair(pair: Path) -> Path:
+    """`pair`'s target (linked) and its drafter's architecture with random weights (seed 0)."""
+    if not (NEVER_FITS_PAIR / "draft" / "config.json").is_file():
+        NEVER_FITS_PAIR.mkdir(exist_ok=True)
+        for name in ("target", "held_out.jsonl"):
+            if not (NEVER_FITS_PAIR / name).exists():
+                (NEVER_FITS_PAIR / name).symlink_to((pair / name).resolve())
+        torch.manual_seed(0)
+        draft = DFlashDraftModel.from_pretrained(pair / "draft")
+        for parameter in draft.parameters():
+            torch.nn.init.normal_(parameter, std=0.05)
+        draft.save_pretrained(NEVER_FITS_PAIR / "draft")
+    return NEVER_FITS_PAIR
 
 
 def resolve_pair(pair: Path) -> tuple[Path, str]:
@@ -318,6 +353,9 @@ def main(argv=None) -> int:
                 run_pair = hybrid_pair()
                 run_prompts = take(load_prompts("tiny", pair_dir=run_pair), args.num_prompts)
                 run_dataset = f"tiny: random Qwen3.5-style hybrid pair {run_pair} (hot tokens 3, block 8)"
+            if name == "tiny-cpu-never-fits-t0.8":
+                run_pair = never_fitting_pair(pair)
+                run_dataset = f"tiny: {describe_tiny(pair)}; its target, a drafter of random weights"
             if name == "tiny-cpu-hybrid":
                 run_pair = hybrid_variants.HYBRID_PAIR_DIR
                 run_prompts = take(load_prompts("tiny", pair_dir=run_pair), args.num_prompts)
