@@ -54,3 +54,19 @@ def test_a_planted_policy_bug_is_caught():
     result = run_planted(name, node)
     assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]  # 1: a test failed
     assert "AssertionError" in result.stdout or "assert" in result.stdout, result.stdout[-3000:]
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "uniform_lengths_verified_ragged",
+        "ragged_step_filed_at_the_batch_width",
+        "plain_steps_filed_as_drafted",
+    ],
+)
+def test_the_accounting_bugs_are_caught(name):
+    """Issue 64's kinds, planted in CI: the layout a plan reaches the target with, and what a step's
+    time is filed under (tests/test_policy_accounting.py)."""
+    for node in CAUGHT_BY[name]:
+        result = run_planted(name, node)
+        assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
