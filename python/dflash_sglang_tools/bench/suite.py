@@ -156,7 +156,7 @@ SAMPLED_VARIANTS = [
             "our worker, SGLANG_ENABLE_SPEC_V2=1, DFLASH_SGLANG_SAMPLED_DRAFTS=0"),
     Variant("sampled drafts", True, OVERLAP,
             "our worker, SGLANG_ENABLE_SPEC_V2=1 (sampled drafts, the default)"),
-    Variant("sampled drafts, no switches", True, notes="our worker under SGLang's synchronous loop, as a "
+    Variant("sampled drafts (no switches)", True, notes="our worker under SGLang's synchronous loop, as a "
             "server launched without the cards' SGLANG_ENABLE_SPEC_V2 runs it"),
     Variant("sampled drafts, block verification", True, OVERLAP,
             "our worker, SGLANG_ENABLE_SPEC_V2=1, --speculative-use-block-verification",
@@ -196,9 +196,9 @@ DFLASH2_VARIANTS = [
 NEVER_FITS_PAIR = Path(".never-fits")
 NEVER_FITS_VARIANTS = [
     Variant("no-spec", False, notes="plain decoding (the baseline)"),
-    Variant("ours, no switches", True, notes="our worker (SGLang's synchronous loop), block 16, a drafter "
+    Variant("ours (no switches)", True, notes="our worker (SGLang's synchronous loop), block 16, a drafter "
             "of random weights, the adaptive width (the default on CPU)", block=16),
-    Variant("ours, SGLANG_ENABLE_SPEC_V2=1", True, OVERLAP,
+    Variant("ours (SGLANG_ENABLE_SPEC_V2=1)", True, OVERLAP,
             "our overlap worker (the seed cards' flag), block 16, a drafter of random weights", block=16),
 ]  # fmt: skip
 
