@@ -93,11 +93,14 @@ def main(argv=None) -> int:
     p.add_argument("--num-prompts", type=int, default=24)
     p.add_argument("--max-tokens", type=int, default=96)
     p.add_argument("--bursts", type=int, default=BURSTS)
+    p.add_argument("--temperature", type=float, default=0.0, help="every request's (issue 64: 1.0)")
+    p.add_argument("--only", default=None, help="the pairs whose label starts so (e.g. 'rarely')")
     p.add_argument("--out", type=Path, default=Path("docs/bench/first-burst.json"))
     args = p.parse_args(argv)
-    sampling = Sampling(args.max_tokens)
+    sampling = Sampling(args.max_tokens, args.temperature)
     results = {}
-    for name, (pair, block) in pairs().items():
+    chosen = {k: v for k, v in pairs().items() if args.only is None or k.startswith(args.only)}
+    for name, (pair, block) in chosen.items():
         prompts = take(load_prompts("tiny", pair_dir=pair), args.num_prompts)
         runs = {label: [] for label, _ in SERVERS}
         for _ in range(args.repeats):  # A B C A B C: a drift in the machine hits all alike
