@@ -7,6 +7,7 @@ from __future__ import annotations
 import random
 from types import SimpleNamespace
 
+import pytest
 import torch
 
 from dflash_sglang.admission.startup_checks import explain
@@ -79,13 +80,55 @@ def test_the_ring_serves_gdn_chains_and_says_why_not_elsewhere():
     assert "cutedsl" in replay_off_because(replay_cfg(linear_attn_decode_backend="cutedsl"), gdn)
 
 
+def test_the_ring_is_the_default_on_cuda_wherever_it_serves_and_asked_for_elsewhere(monkeypatch):
+    """Issue 65 item 1: unset, the ring on CUDA (SGLang's ring kernels) where it can serve, a state
+    per position on CPU (its stand-ins are slower there); 1 and 0 force either way; what the ring
+    cannot serve is refused only where it was asked for."""
+    from sglang.srt.configs.qwen3_5 import Qwen3_5TextConfig
+    from transformers import Qwen3Config
+
+    from dflash_sglang.admission import replay_ssm
+    from dflash_sglang.errors import DFlashConfigError
+    from dflash_sglang.step.replay_choice import REPLAY_ENV, ring_by_default, scratch_words
+
+    gdn = Qwen3_5TextConfig()
+    assert ring_by_default(replay_cfg(device="cuda"), gdn)
+    assert not ring_by_default(replay_cfg(device="cpu"), gdn)
+    assert not ring_by_default(replay_cfg(device="cuda", speculative_eagle_topk=4), gdn)  # a tree
+    assert not ring_by_default(replay_cfg(device="cuda"), Qwen3Config())  # not Gated DeltaNet
+
+    declared = []
+    monkeypatch.setattr("sglang.srt.arg_groups.overrides.resolving_view", lambda args: args)
+    monkeypatch.setattr(
+        "sglang.srt.arg_groups.overrides.declare_resolution",
+        lambda args, source, **fields: declared.append(fields),
+    )
+
+    def resolve(env: str, **fields) -> bool:
+        monkeypatch.setenv(REPLAY_ENV, env)
+        declared.clear()
+        cfg = replay_cfg(speculative_algorithm="DFLASH", enable_linear_replayssm_spec=False, **fields)
+        replay_ssm.replay_when_asked(cfg, gdn)
+        return declared == [{"enable_linear_replayssm_spec": True}]
+
+    assert resolve("", device="cuda") and not resolve("", device="cpu")
+    assert resolve("1", device="cpu") and not resolve("0", device="cuda")
+    assert not resolve("", device="cuda", speculative_eagle_topk=4)  # the default declares nothing
+    with pytest.raises(DFlashConfigError, match="a draft tree"):
+        resolve("1", device="cuda", speculative_eagle_topk=4)  # asked for: refused by name
+    monkeypatch.setenv(REPLAY_ENV, "")
+    assert "the default on cpu" in scratch_words(False, False, replay_cfg(device="cpu"), gdn)
+    monkeypatch.setenv(REPLAY_ENV, "0")
+    assert f"({REPLAY_ENV}=0)" in scratch_words(False, False, replay_cfg(device="cuda"), gdn)
+
+
 def test_the_switch_takes_the_same_words_as_the_others(monkeypatch):
     import pytest
 
     from dflash_sglang.errors import DFlashConfigError
     from dflash_sglang.step.replay_choice import REPLAY_ENV, replay_switch
 
-    for text, want in (("", False), ("1", True), ("on", True), ("0", False), ("off", False)):
+    for text, want in (("", None), ("1", True), ("on", True), ("0", False), ("off", False)):
         monkeypatch.setenv(REPLAY_ENV, text)
         assert replay_switch() is want, text
     monkeypatch.setenv(REPLAY_ENV, "ring")

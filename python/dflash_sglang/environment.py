@@ -135,8 +135,9 @@ TRITON_ROW_LAW = Switch(
     "on CUDA the T > 0 verify's law, acceptance and final draw run Triton kernels; off: the torch passes",
 )  # fmt: skip
 REPLAY_SSM = Switch(
-    "DFLASH_SGLANG_REPLAY_SSM", "on/off", False,
-    "hybrid Gated DeltaNet chains verify through SGLang's ReplaySSM ring, not a state per position",
+    "DFLASH_SGLANG_REPLAY_SSM", "on/off", None,
+    "hybrid Gated DeltaNet chains verify through SGLang's ReplaySSM ring, not a state per position; "
+    "unset: the ring on CUDA where it can serve",
 )  # fmt: skip
 STEP_RECORD = Switch(
     "DFLASH_SGLANG_STEP_RECORD", "path", "",

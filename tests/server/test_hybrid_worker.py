@@ -110,7 +110,7 @@ def test_our_worker_serves_it(case):
     if "lazy" in name:  # SGLang took the lazy strategy (its tracking planned at schedule time)
         assert "'mamba_radix_cache_strategy': 'extra_buffer_lazy'" in log
     if name.endswith("-snapshots"):
-        assert f"verify scratch: a state per block position (the default; {REPLAY_ENV}=1" in log
+        assert f"verify scratch: a state per block position (the default on cpu; {REPLAY_ENV}=1" in log
         assert "GDN ReplaySSM ring buffers allocated" not in log
     else:  # SGLang's ring, no state per block position
         assert "verify scratch: SGLang's ReplaySSM ring, folded every commit" in log

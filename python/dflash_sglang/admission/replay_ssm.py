@@ -12,20 +12,21 @@ the refusal and by "GDN or KDA?" (where GDN already answers yes), so nothing els
 SGLang's built-in worker (DFLASH_SGLANG_WORKER=builtin) does not install this hook: it keeps the
 refusal, which is right for it.
 
-Opt-in (`replay_when_asked`): SGLang's own flag, or `DFLASH_SGLANG_REPLAY_SSM=1`, which declares
-it and fails at startup naming why where the ring cannot serve (a tree, PD, another decode
-backend). A request's recurrent scratch then shrinks from a full state per block position to a ring
-of compact records (16.5x -> 1.45x a slot at block 16, docs/hybrid.md), the output stays the
-target's; but on CPU, where every measurement so far ran, its torch stand-ins cost 7-12% of
-tokens/s against a state per position (docs/hybrid.md), so it is not the default: the issue's bar
-for a default was "never worse". The startup line names the flag when mamba slots bound the
-running requests.
+The default on CUDA, opt-in elsewhere (`replay_when_asked`, step/replay_choice.py): with
+`DFLASH_SGLANG_REPLAY_SSM` unset, a DFLASH chain on a Gated DeltaNet target served on CUDA declares
+the flag wherever the ring can serve; SGLang's own flag, or `DFLASH_SGLANG_REPLAY_SSM=1`, asks for
+it anywhere and fails at startup naming why where it cannot (a tree, PD, another decode backend);
+`=0` keeps a state per position. A request's recurrent scratch then shrinks from a full state per
+block position to a ring of compact records (16.5x -> 1.45x a slot at block 16, docs/hybrid.md),
+the output stays the target's. On CPU, where every measurement so far ran, its torch stand-ins
+cost 7-12% of tokens/s against a state per position (docs/hybrid.md), so there it is not the
+default yet. The startup line names the flag when mamba slots bound the running requests.
 """
 
 from __future__ import annotations
 
 from ..errors import DFlashConfigError
-from ..step.replay_choice import REPLAY_ENV, replay_off_because, replay_switch
+from ..step.replay_choice import REPLAY_ENV, replay_off_because, replay_switch, ring_by_default
 
 TARGET = "sglang.srt.mem_cache.kv_cache_configurator.KVCacheConfigurator._build_hybrid_req_pool"
 
@@ -58,8 +59,9 @@ SOURCE = "dflash_sglang.admission.replay_ssm"
 
 def replay_when_asked(server_args, hf_config):
     """BEFORE handle_mamba_radix_cache (the first step that knows the target is hybrid): with
-    DFLASH_SGLANG_REPLAY_SSM=1, DFLASH on a GDN chain verifies through SGLang's ReplaySSM ring
-    (the flag declared), or startup fails naming why it cannot; with SGLang's flag given, what is
+    DFLASH_SGLANG_REPLAY_SSM=1, or unset on CUDA where the ring can serve, DFLASH on a GDN chain
+    verifies through SGLang's ReplaySSM ring (the flag declared); asked for where it cannot, startup
+    fails naming why; with SGLang's flag given, what is
     ours to refuse is refused (PD), SGLang validates the rest."""
     from sglang.srt.arg_groups.overrides import declare_resolution, resolving_view
 
@@ -73,10 +75,11 @@ def replay_when_asked(server_args, hf_config):
                 "our worker's replayed commit is not tested on a PD server's pools; drop the flag"
             )
         return None
-    if not replay_switch():
+    switch = replay_switch()
+    if switch is False or (switch is None and not ring_by_default(cfg, hf_config)):
         return None
     because = replay_off_because(cfg, hf_config)
-    if because is not None:
+    if because is not None:  # asked for (the default only declares where it can serve)
         raise DFlashConfigError(f"{REPLAY_ENV}=1: {because}")
     declare_resolution(server_args, SOURCE, enable_linear_replayssm_spec=True)
     return None
