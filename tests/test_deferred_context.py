@@ -13,7 +13,7 @@ import contextlib
 import torch
 
 from dflash_sglang.runtime.streams import DrafterStream
-from dflash_sglang.step.deferred_context import FLUSH_EVERY, DeferredContext
+from dflash_sglang.step.deferred_context import FLUSH_EVERY, FLUSH_EVERY_ON_CPU, DeferredContext
 
 SLOTS, FEATURES = 64, 6
 
@@ -122,6 +122,17 @@ def test_no_more_than_flush_every_plain_steps_or_a_block_are_held():
     assert (
         DeferredContext(drafter, runner, DrafterStream("cpu", enabled=False), True, block_size=4).limit == 4
     )
+
+
+def test_a_cpu_server_holds_more_plain_steps_than_an_accelerator():
+    """On a CPU (memory not planned to the byte) up to FLUSH_EVERY_ON_CPU steps, whatever the block:
+    a flush's fixed cost paid every 8 plain steps was a fifth of a target forward a flush."""
+    drafter, runner, stream = SlotDrafter(), Runner(), DrafterStream("cpu", enabled=False)
+    assert (
+        DeferredContext(drafter, runner, stream, True, block_size=8, device="cpu").limit == FLUSH_EVERY_ON_CPU
+    )
+    assert DeferredContext(drafter, runner, stream, True, block_size=8, device="cuda").limit == 8
+    assert DeferredContext(drafter, runner, stream, True, block_size=32, device="cuda:1").limit == FLUSH_EVERY
 
 
 def test_a_slot_reused_within_the_deferral_is_written_once_with_its_latest_value():

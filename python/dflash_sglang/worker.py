@@ -96,9 +96,8 @@ class DFlashWorker(BaseSpecWorker):
             ragged_off_because=settings.ragged_off_because, partial_drafter=settings.partial_drafter,
         )  # fmt: skip
         # The draft KV's injection, held over plain steps until the drafter reads it.
-        self.context = DeferredContext(
-            self.draft_model, self.draft_runner, self.drafter_stream, settings.defers_context, self.block_size
-        )
+        held = (settings.defers_context, self.block_size, self.device)  # on, and how many steps at most
+        self.context = DeferredContext(self.draft_model, self.draft_runner, self.drafter_stream, *held)
         # The step's three phases (step/drafting.py, step/verifying.py, step/committing.py).
         window = draft_window(settings.window_size, self.block_size, self.device)  # pool: alloc_memory_pool
         self.draft = Drafting(

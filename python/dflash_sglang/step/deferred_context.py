@@ -6,10 +6,14 @@ again, so they wait here and go in one call (one fused projection and one write 
 layer, where each plain step paid its own): before the next drafter forward, before a prefill's
 injection (a freed slot may now hold a new prompt, which must be written last), and every
 `FLUSH_EVERY` plain steps or B, the block size, whichever is fewer (so what is held stays within
-what one whole-block verify captures at that batch size). The writes keep program order, so the
-drafter reads exactly the draft KV an eager injection would have left (a slot held twice, freed and
-reused within the window, is written once, the later: last_write_per_slot); and what the draft KV
-holds never decides an output token, only which drafts are proposed.
+what one whole-block verify captures at that batch size, memory SGLang plans for on an
+accelerator). On a CPU, whose memory is not planned to the byte, up to `FLUSH_EVERY_ON_CPU`: each
+flush has a fixed cost (a fused projection and a KV write per drafter layer, about a fifth of a
+target forward on the tiny pair), which a server decoding plain for most steps paid every 8.
+The writes keep program order, so the drafter reads exactly the draft KV an eager injection would
+have left (a slot held twice, freed and reused within the window, is written once, the later:
+last_write_per_slot); and what the draft KV holds never decides an output token, only which drafts
+are proposed.
 
 Off (eager, as before) where KV leaves the device on someone else's schedule: PD disaggregation
 and the hierarchical cache.
@@ -20,7 +24,15 @@ from __future__ import annotations
 import torch
 from sglang.srt.runtime_context import get_memory
 
-FLUSH_EVERY = 16  # plain steps held at most
+FLUSH_EVERY = 16  # plain steps held at most (or B, whichever is fewer) on an accelerator
+FLUSH_EVERY_ON_CPU = 64  # ... and on a CPU
+
+
+def held_steps(block_size: int, device=None) -> int:
+    """The plain steps held at most before a flush (device None: an accelerator's rule)."""
+    if device is not None and torch.device(device).type == "cpu":
+        return FLUSH_EVERY_ON_CPU
+    return min(FLUSH_EVERY, block_size)
 
 
 def deferral_off_because(server_args) -> str | None:
@@ -35,10 +47,12 @@ def deferral_off_because(server_args) -> str | None:
 class DeferredContext:
     """The committed features of plain steps, not yet in the draft KV."""
 
-    def __init__(self, draft_model, draft_runner, stream, enabled: bool, block_size: int = FLUSH_EVERY):
+    def __init__(
+        self, draft_model, draft_runner, stream, enabled: bool, block_size: int = FLUSH_EVERY, device=None
+    ):
         self.draft_model, self.draft_runner = draft_model, draft_runner
         self.stream = stream  # the drafter's (runtime/streams.py): the draft KV is written there
-        self.enabled, self.limit = enabled, min(FLUSH_EVERY, block_size)
+        self.enabled, self.limit = enabled, held_steps(block_size, device)
         self.pending: list[tuple[torch.Tensor, ...]] = []
 
     def inject(self, hidden, positions, write_ids, lengths, plain: bool, graph_output: bool) -> None:
