@@ -36,7 +36,7 @@ from dflash_sglang.runtime.block import Block
 from dflash_sglang.step import ragged, verifying
 from dflash_sglang.width import controller, step_times
 from dflash_sglang.width.controller import ADAPTIVE_ENV, WIDTHS_ENV, VerifyWidth
-from dflash_sglang.width.request_lengths import FORCED_LENGTHS_ENV, LENGTHS_ENV
+from dflash_sglang.width.request_lengths import FORCED_LENGTHS_ENV, LENGTHS_ENV, RequestLengths
 from dflash_sglang.width.step_times import StepTimes
 
 B = 8
@@ -212,6 +212,30 @@ def test_every_plan_is_what_it_says_reaches_the_target_so_and_is_filed_under_its
     # the load reached every kind of step (else the properties above were checked on too few)
     expected = {"plain", "ragged", "uniform", "whole batch"} | ({"partial"} if partial_drafter else set())
     assert kinds >= expected
+
+
+@pytest.mark.parametrize("lengths", [(2, 1, 1, 1), (3, 1, 1, 1), (8, 1, 1, 1), (2, 2, 1, 1), (8, 8, 8, 1)])
+@pytest.mark.parametrize("partial_drafter", [False, True])
+def test_each_ragged_shape_is_filed_under_the_shape_it_ran(lengths, partial_drafter, monkeypatch):
+    """The random load above rarely chooses a mostly plain ragged step (mean length under 1.5);
+    here the policy is handed such lengths (and others) at batch 4, past its first steps, and the
+    step's record must still be its own shape: never filed as a plain step (it ran the drafter)."""
+    widths, _ = policy(partial_drafter), Clock(monkeypatch)
+    times = widths.times
+    times.add(times.plain, 4, 0.010)
+    times.add(times.seconds, 16, 0.012)
+    times.add(times.seconds, 32, 0.014)
+    widths.ran_widest = controller.WIDEST_FIRST
+    widths.probed.add(4)
+    chosen = RequestLengths(lengths, 0.0, 0.0)
+    monkeypatch.setattr(controller, "request_lengths", lambda *args, **kwargs: chosen)
+    filed = filed_steps(times, monkeypatch)
+    step = Load(0).batch()
+    step.reqs = Load(0).pool[:4]
+    plan = widths.choose(step)
+    assert plan.lengths == lengths
+    widths.step_done(plan, step.reqs, None)
+    assert filed == [the_shape_it_ran(plan, 4)] and filed[0][1] >= 2
 
 
 def test_forced_uniform_lengths_are_one_width():

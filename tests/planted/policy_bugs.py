@@ -131,6 +131,14 @@ POLICY_BUGS = {
         "the widest's curve priced at a mostly plain step's cost",
         "chain (adaptive, per-request lengths)",
     ),
+    "mostly_plain_ragged_step_filed_as_plain": Bug(
+        VERIFY_WIDTH,
+        "batch_size, max(2, round(total / batch_size)), total, drafted",
+        "batch_size, max(1, round(total / batch_size)), total, drafted",
+        "a mostly plain ragged step (mean length under 1.5) filed as a plain step: plain decoding priced "
+        "with the drafter's forward in it (found by tests/planted/width_survey.py)",
+        "chain (adaptive, per-request lengths)",
+    ),
     "plain_steps_filed_as_drafted": Bug(
         "width/step_times.py",
         "        elif width == 1:\n",
@@ -177,6 +185,9 @@ CAUGHT_BY = {
     "ragged_step_filed_at_the_batch_width": [ACCOUNTING_PROPERTIES],
     "plain_steps_filed_as_drafted": [
         "tests/test_policy_accounting.py::test_a_record_lands_in_the_one_table_its_key_names"
+    ],
+    "mostly_plain_ragged_step_filed_as_plain": [
+        "tests/test_policy_accounting.py::test_each_ragged_shape_is_filed_under_the_shape_it_ran"
     ],
 }
 # Server tests that fail with the bug planted (step_records.py: what each step handed the target):
