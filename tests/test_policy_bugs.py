@@ -70,3 +70,13 @@ def test_the_accounting_bugs_are_caught(name):
     for node in CAUGHT_BY[name]:
         result = run_planted(name, node)
         assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
+
+
+def test_the_width_survey_still_finds_the_code_it_edits():
+    """tests/planted/width_survey.py: one planted bug in each function of width/ (docs/reliability.md,
+    "Blind spots of width/"); each edit must still find its one line, else the survey is stale."""
+    from tests.planted.width_survey import SURVEY
+
+    assert len(SURVEY) >= 80
+    stale = [name for name, bug in SURVEY.items() if (PACKAGE / bug.file).read_text().count(bug.old) != 1]
+    assert not stale, f"update tests/planted/width_survey.py: {stale}"
