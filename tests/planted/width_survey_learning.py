@@ -1,0 +1,313 @@
+"""The width survey's edits of what the policy learns and reports (request_lengths.py,
+acceptance_profiles.py, runtime_switch.py, signal.py): name -> (function, Bug).
+tests/planted/width_survey.py runs them."""
+
+from __future__ import annotations
+
+from .survey_edits import (
+    AT_WIDTH,
+    AT_WIDTH_BELOW,
+    LENGTHS,
+    NEXT_DEF,
+    PROFILES,
+    SIGNAL,
+    SWITCH,
+    survey,
+)
+
+# fmt: off
+LEARNING = {
+    # ---------------------------------------------------------------- request_lengths.py
+    "lengths_width_last": survey(
+        "RequestLengths.width", LENGTHS,
+        "return max(self.lengths)",
+        "return self.lengths[-1]",
+        "a ragged step's width is its last request's length, not the longest",
+        "chain (per-request lengths)",
+    ),
+    "lengths_total_drafts": survey(
+        "RequestLengths.total", LENGTHS,
+        "return sum(self.lengths)",
+        "return sum(self.lengths) - len(self.lengths)",
+        "a ragged step's total counts drafts, not verify positions",
+        "chain (per-request lengths)",
+    ),
+    "lengths_uniform_ends": survey(
+        "RequestLengths.uniform", LENGTHS,
+        "return min(self.lengths) == max(self.lengths)",
+        "return self.lengths[0] == self.lengths[-1]",
+        "lengths count as uniform where the first and last requests agree",
+        "chain (per-request lengths)",
+    ),
+    "request_lengths_gain_not_chained": survey(
+        "request_lengths", LENGTHS,
+        "            chain *= q\n            gains.append((chain, i))",
+        "            chain = q\n            gains.append((chain, i))",
+        "a position's gain is its own acceptance rate, not the chance all drafts before it fit",
+        "chain (per-request lengths)",
+    ),
+    "tree_steps_by_tokens": survey(
+        "tree_request_lengths", LENGTHS,
+        "steps.append(((e1 - e0) / (w1 - w0), w1 - w0, e1 - e0, i, w1))",
+        "steps.append((e1 - e0, w1 - w0, e1 - e0, i, w1))",
+        "a tree's hull steps ranked by tokens, not tokens a node",
+        "tree (per-request budgets)",
+    ),
+    "upper_hull_keeps_first": survey(
+        "upper_hull", LENGTHS,
+        "while len(hull) >= 2 and cross(hull[-2], hull[-1], (x, y)) >= 0:",
+        "while len(hull) >= 3 and cross(hull[-2], hull[-1], (x, y)) >= 0:",
+        "the hull's second point is never popped: a point under the chord kept (not concave)",
+        "tree (per-request budgets)",
+    ),
+    "cross_wrong_point": survey(
+        "cross", LENGTHS,
+        "return (b[0] - a[0]) * (c[1] - a[1]) - (b[1] - a[1]) * (c[0] - a[0])",
+        "return (b[0] - a[0]) * (c[1] - a[1]) - (b[1] - a[1]) * (c[0] - b[0])",
+        "the cross product's last factor measured from b, not a",
+        "tree (per-request budgets)",
+    ),
+    "ragged_seconds_no_fixed_share": survey(
+        "ragged_seconds", LENGTHS,
+        "share = part + (1 - part) * cost.partial_fixed",
+        "share = part",
+        "a partial step priced without the fixed share: drafting part of the batch looks cheap",
+        "chain (partial drafter)",
+    ),
+    "drafted_rows_all": survey(
+        "drafted_rows", LENGTHS,
+        "rows = [i for i, length in enumerate(lengths) if length > 1]",
+        "rows = [i for i, length in enumerate(lengths) if length >= 1]",
+        "every request counts as drafted: the partial drafter drafts the whole batch",
+        "chain (partial drafter)",
+    ),
+    "forced_lengths_no_mix": survey(
+        "forced_lengths", LENGTHS,
+        "lengths = tuple(min(pattern[(step + i) % len(pattern)], widest) for i in range(batch_size))",
+        "lengths = tuple(min(pattern[step % len(pattern)], widest) for i in range(batch_size))",
+        "a forced cycle of lengths gives every request of a step the same length (never ragged)",
+        "chain (forced request lengths)",
+    ),
+    "env_cycle_widest_refused": survey(
+        "env_cycle", LENGTHS,
+        "if any(not 1 <= n <= widest for n in cycle):",
+        "if any(not 1 <= n < widest for n in cycle):",
+        "a forced cycle naming the widest refused",
+        "chain, tree (forced cycles)",
+    ),
+    "per_request_ignores_reason": survey(
+        "per_request_requested", LENGTHS,
+        "return by_default and off_because is None",
+        "return by_default",
+        "per-request lengths on by default where the path cannot verify them",
+        "chain (per-request lengths)",
+    ),
+    "partial_drafter_window_flipped": survey(
+        "partial_drafter_requested", LENGTHS,
+        "if on and window_size is not None:",
+        "if on and window_size is None:",
+        "the partial drafter refused without a draft window and allowed with one",
+        "chain (partial drafter)",
+    ),
+    "forced_request_lengths_check_flipped": survey(
+        "forced_request_lengths", LENGTHS,
+        "if lengths and off_because is not None:",
+        "if lengths and off_because is None:",
+        "forced per-request lengths refused where the path can verify them, allowed where not",
+        "chain (forced request lengths)",
+    ),
+    # ---------------------------------------------------------------- acceptance_profiles.py
+    "pool_forget_exponent": survey(
+        "pool_forget", PROFILES,
+        "return 0.5 ** (1 / POOL_HALF_LIFE)",
+        "return 0.5 ** 1 / POOL_HALF_LIFE",
+        "the parentheses dropped: the pool keeps 1/128 of its counts a request-step (forgets at once)",
+    ),
+    "record_tests_one_past_width": survey(
+        "AcceptanceProfile.record", PROFILES,
+        "for j in range(min(accepted_drafts + 1, width - 1)):",
+        "for j in range(min(accepted_drafts + 1, width)):",
+        "a step counts the draft after its width as tested (and rejected): censoring off by one",
+    ),
+    "acceptance_flat_beyond_seen": survey(
+        "AcceptanceProfile.acceptance", PROFILES,
+        "                prior_rate = rate\n",
+        "",
+        "each position's prior is the flat Beta prior, not the estimate before it: wide widths look "
+        "worthless while the policy verifies narrow",
+    ),
+    "expected_tokens_one_narrower": survey(
+        "AcceptanceProfile.expected_tokens", PROFILES,
+        AT_WIDTH + NEXT_DEF + '"""expected_tokens at',
+        AT_WIDTH_BELOW + NEXT_DEF + '"""expected_tokens at',
+        "a chain's expected tokens at one width read at the width below (the pooled recent drafts)",
+    ),
+    "expected_tokens_at_one_wider": survey(
+        "AcceptanceProfile.expected_tokens_at", PROFILES,
+        "return [totals[min(w, len(totals)) - 1] for w in widths]",
+        "return [totals[min(w, len(totals) - 1)] for w in widths]",
+        "every width rated with the expected tokens of the width above it",
+    ),
+    "greedy_wrong_key": survey(
+        "greedy", PROFILES,
+        'return params is None or getattr(params, "top_k", 1) == 1',
+        'return params is None or getattr(params, "top_p", 1) == 1',
+        "a request counts as greedy by its top_p (1 by default), not its top_k: sampled requests in "
+        "the greedy pool",
+    ),
+    "kind_pools_never_forget": survey(
+        "RequestAcceptance.__init__", PROFILES,
+        "self.kinds = {kind: AcceptanceProfile(positions, forget=pool_forget) for kind in (True, False)}",
+        "self.kinds = {kind: AcceptanceProfile(positions) for kind in (True, False)}",
+        "the greedy and sampled pools never forget (only the pool of all requests does)",
+    ),
+    "entry_kind_evidence_wrong_key": survey(
+        "RequestAcceptance._entry", PROFILES,
+        "pool = kind if kind.reached[0] >= KIND_POOL_EVIDENCE else self.pooled",
+        "pool = kind if kind.accepted[0] >= KIND_POOL_EVIDENCE else self.pooled",
+        "a kind's pool starts new requests once it accepted (not tested) 4 drafts at position 1: "
+        "a kind whose drafts fail never gets its own prior",
+    ),
+    "profiles_feed_the_other_kind": survey(
+        "RequestAcceptance.profiles", PROFILES,
+        "            kind = self.kinds[greedy(req)]\n            histogram",
+        "            kind = self.kinds[not greedy(req)]\n            histogram",
+        "a greedy request's steps feed the sampled pool and vice versa",
+    ),
+    "recent_drafts_counts_bonus": survey(
+        "RequestAcceptance.recent_accepted_drafts", PROFILES,
+        "return self.pooled.expected_tokens(self.positions + 1) - 1",
+        "return self.pooled.expected_tokens(self.positions + 1)",
+        "the signal's accepted drafts count the bonus token (tokens, not drafts)",
+        "chain (signal)",
+    ),
+    "verified_length_minus_one": survey(
+        "RequestAcceptance.verified", PROFILES,
+        "self._entry(req)[2].append(width if lengths is None else lengths[i])",
+        "self._entry(req)[2].append(width if lengths is None else lengths[i] - 1)",
+        "a ragged step's requests paired with their drafts, not their length: censored one short",
+        "chain (per-request lengths)",
+    ),
+    "tree_record_budget_that_ran_learns_nothing": survey(
+        "TreeAcceptanceProfile.record", PROFILES,
+        "if budget <= budget_ran:",
+        "if budget < budget_ran:",
+        "the budget a tree step ran at learns nothing from it (only the smaller ones do)",
+        "tree (adaptive)",
+    ),
+    "tree_means_not_monotone": survey(
+        "TreeAcceptanceProfile.means", PROFILES,
+        "most = max(most, (total + w * prior) / (steps + w))",
+        "most = (total + w * prior) / (steps + w)",
+        "a larger budget's mean may fall below a smaller one's (nesting ignored)",
+        "tree (adaptive)",
+    ),
+    "tree_expected_tokens_one_narrower": survey(
+        "TreeAcceptanceProfile.expected_tokens", PROFILES,
+        AT_WIDTH + NEXT_DEF + '"""The bonus token',
+        AT_WIDTH_BELOW + NEXT_DEF + '"""The bonus token',
+        "a tree's expected tokens at one width read at the width below",
+        "tree (adaptive)",
+    ),
+    "tree_expected_tokens_at_bisect_right": survey(
+        "TreeAcceptanceProfile.expected_tokens_at", PROFILES,
+        "means[bisect.bisect_left(self.budgets, width)]",
+        "means[bisect.bisect_right(self.budgets, width)]",
+        "a tree width rated with the next budget's mean (one node more than it holds)",
+        "tree (adaptive)",
+    ),
+    "tree_pool_never_forgets": survey(
+        "TreeAcceptance.__init__", PROFILES,
+        "self.pooled = TreeAcceptanceProfile(self.budgets, flat, prior_weight=1.0, forget=pool_forget)",
+        "self.pooled = TreeAcceptanceProfile(self.budgets, flat, prior_weight=1.0)",
+        "a tree server's pooled means (a new request's prior) never forget: POOL_HALF_LIFE ignored",
+        "tree (adaptive)",
+    ),
+    "walked_nodes_as_budgets": survey(
+        "TreeAcceptance.walked", PROFILES,
+        "else [n - 1 for n in nodes]",
+        "else [n for n in nodes]",
+        "a ragged tree step's budgets are its node counts (one more than each request's budget)",
+        "tree (per-request budgets)",
+    ),
+    "tree_recent_drafts_smallest": survey(
+        "TreeAcceptance.recent_accepted_drafts", PROFILES,
+        "return self.pooled.means()[-1]",
+        "return self.pooled.means()[0]",
+        "the signal's accepted drafts read at the smallest budget, not the whole tree",
+        "tree (signal)",
+    ),
+    "tree_profiles_stale_prior": survey(
+        "TreeAcceptance.profiles", PROFILES,
+        "            profile.prior_means = pooled  # the server's latest, not what its first steps saw\n",
+        "            pass\n",
+        "a tree request keeps the pooled means of its first step as its prior",
+        "tree (adaptive)",
+    ),
+    "tree_profile_forgets_newest": survey(
+        "TreeAcceptance._profile", PROFILES,
+        "for old in list(self.entries)[: self.keep // 2]:",
+        "for old in list(self.entries)[self.keep // 2 :]:",
+        "when full, the tree profiles forget the newest half (live requests), not the oldest",
+        "tree (adaptive)",
+    ),
+    # ---------------------------------------------------------------- runtime_switch.py
+    "refusal_widest_refused": survey(
+        "refusal", SWITCH,
+        "if value not in range(widths.widest + 1):",
+        "if value not in range(widths.widest):",
+        "dflash_verify_width=widest (the whole block) refused",
+        "chain, tree (runtime switch)",
+    ),
+    "ledger_counts_every_step_ragged": survey(
+        "PolicyLedger.count", SWITCH,
+        "self.ragged += ragged",
+        "self.ragged += 1",
+        "the switch log counts every step as ragged",
+        "chain, tree (runtime switch)",
+    ),
+    "ledger_never_cleared": survey(
+        "PolicyLedger.switched", SWITCH,
+        "        self.widths.clear()\n",
+        "",
+        "each switch logs the widths since startup, not since the last switch",
+        "chain, tree (runtime switch)",
+    ),
+    "handlers_without_lengths": survey(
+        "add_handlers", SWITCH,
+        "for key in (WIDTH, LENGTHS):",
+        "for key in (WIDTH,):",
+        "dflash_request_lengths never registered: SGLang refuses the switch",
+        "chain, tree (runtime switch)",
+    ),
+    "validate_wrong_key": survey(
+        "add_handlers.validate", SWITCH,
+        "reason = refusal(key, value, widths)",
+        "reason = refusal(WIDTH, value, widths)",
+        "every switch validated as dflash_verify_width: request lengths checked as a width",
+        "chain, tree (runtime switch)",
+    ),
+    # ---------------------------------------------------------------- signal.py
+    "gauges_rank_zero": survey(
+        "WidthSignal.__init__", SIGNAL,
+        "self.gauges = make_gauges(tp_rank) if metrics else None",
+        "self.gauges = make_gauges(0) if metrics else None",
+        "every TP rank's gauges labelled rank 0",
+        "chain, tree (metrics)",
+    ),
+    "signal_warns_every_report": survey(
+        "WidthSignal.report", SIGNAL,
+        "        self.plain_mostly = mostly\n",
+        "",
+        "the plain-decoding warning repeats at every report (not once per change), no recovery line",
+        "chain, tree (signal)",
+    ),
+    "gauge_names_underscore": survey(
+        "make_gauges", SIGNAL,
+        'Gauge(f"dflash_sglang:{name}"',
+        'Gauge(f"dflash_sglang_{name}"',
+        "the gauges exported under dflash_sglang_* instead of dflash_sglang:*",
+        "chain, tree (metrics)",
+    ),
+}
+# fmt: on
