@@ -127,8 +127,9 @@ def _verify_rows(
         qs, ks = l2_normalize(qs), l2_normalize(ks)
     g, beta = (x[tokens] for x in gates)
     states = checkpoint[row_slots].float()
-    if history:  # the kernel's history lanes: max(16, L), masked by wp
-        lanes = torch.arange(max(16, L))
+    pending = int(wp.max()) if history else 0
+    if pending:  # the kernel reads max(16, L) history lanes masked by wp: only the first wp count
+        lanes = torch.arange(pending)
         phys = (base[:, None] + lanes) & (L - 1)
         hist_keys = per_value_head(_ring(k_cache, ring_rows, phys).transpose(1, 2), heads_v).transpose(1, 2)
         states = fold_records(states, _ring(d_cache, ring_rows, phys), hist_keys,
@@ -209,7 +210,11 @@ def commit_gdn_replayssm_circular_on_cpu(
     else:
         track = torch.zeros_like(fold)
     if bool((fold | track).any()):
-        phys = (cache_base[rows].long()[:, None] + torch.arange(L)) & (L - 1)
+        # Records past a row's count weigh nothing in the fold: read only as many lanes as the
+        # longest count (the kernel walks all L; on CPU every lane is a gather across layers).
+        lanes = max(int(counts[fold].max()) if bool(fold.any()) else 0,
+                    int(track_counts[track].max()) if bool(track.any()) else 0)
+        phys = (cache_base[rows].long()[:, None] + torch.arange(lanes)) & (L - 1)
 
         def ring(cache):  # [layers, R, heads, L, ..] -> [layers * N, heads, L, ..]
             return cache[:, rows[:, None], :, phys].permute(2, 0, 3, 1, *range(4, cache.dim())).flatten(0, 1)

@@ -48,16 +48,25 @@ def recurrent_window(states, q, k, v, g, beta, valid):
     g, beta [N, T, HV]; valid [N, T] (a row's steps past its length leave its state alone).
     Returns (o [N, T, HV, V], d [N, T, HV, V] the update vectors, final states), float32.
     """
+    # Everything that does not depend on the state is computed once for the window: on a small
+    # model each step's cost is the count of torch calls, not their arithmetic.
     S = states.float().clone()
-    out, updates = torch.zeros_like(v, dtype=torch.float32), torch.zeros_like(v, dtype=torch.float32)
-    for t in range(v.shape[1]):
-        decayed = S * g[:, t].float().exp()[..., None, None]
-        d = (v[:, t].float() - (decayed @ k[:, t, ..., None]).squeeze(-1)) * beta[:, t, :, None]
-        new = decayed + d[..., None] * k[:, t, :, None, :]
-        out[:, t] = (new @ q[:, t, ..., None]).squeeze(-1)
+    n, steps, heads_v, value_dim = v.shape
+    decay = g.float().exp()[..., None, None]
+    key_cols, query_cols = k.float()[..., None], q.float()[..., None]
+    key_rows = k.float().reshape(n, steps, heads_v, 1, -1)
+    v, beta = v.float(), beta.float()[..., None]
+    out = torch.empty(n, steps, heads_v, value_dim, 1)
+    updates = torch.empty(n, steps, heads_v, value_dim)
+    ragged = (~valid).any(0).tolist()  # the steps some row does not take
+    for t in range(steps):
+        new = S * decay[:, t]
+        d = (v[:, t] - (new @ key_cols[:, t]).squeeze(-1)) * beta[:, t]
+        new = new.addcmul_(d[..., None], key_rows[:, t])
+        torch.matmul(new, query_cols[:, t], out=out[:, t])
         updates[:, t] = d
-        S = torch.where(valid[:, t, None, None, None], new, S)
-    return out, updates, S
+        S = torch.where(valid[:, t, None, None, None], new, S) if ragged[t] else new
+    return out.squeeze(-1), updates, S
 
 
 def exact_fold(states, raw_k, raw_v, gates, betas, counts, qk_l2norm: bool):
