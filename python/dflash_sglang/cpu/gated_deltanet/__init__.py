@@ -9,4 +9,7 @@ without an accelerator; hooks.py's KERNEL_HOOKS):
     replayssm.py         the ReplaySSM spec-verify ring's three kernels (verify, advance, fold);
                          replayssm_math.py: their math in plain torch
     ragged_verify.py     a ragged verify (per-request lengths) through the ring
+    tree_replay.py       a draft tree's verify through the ring (records per node, no state per
+                         node) and the move of the accepted path's records into chain order for
+                         the commit
 """
