@@ -1,4 +1,5 @@
-"""A draft tree's GDN verify through a ReplaySSM ring (cpu/gated_deltanet/tree_replay.py), against
+"""A draft tree's GDN verify through a ReplaySSM ring (cpu/gated_deltanet/tree_replay.py) and its
+Triton twin (tree_replay_triton.py), against
 
 - a float64 reference written here (tree_replay_cases.py): every node's state from its parent's,
   the start state the checkpoint with the ring's pending records replayed. Trees of 1 to 64 nodes
@@ -8,14 +9,18 @@
   in the ring, the checkpoint or the cursors changes;
 - the chain stand-in (replayssm.py, launch_mode "verify"): a chain tree gives its outputs and records;
 - the chain commit: after compact_accepted_path, SGLang's cursor advance and fold (their CPU
-  stand-ins) leave the checkpoint at the reference's state of the accepted node.
+  stand-ins) leave the checkpoint at the reference's state of the accepted node;
+- the Triton kernel run by Triton's interpreter on CPU (tree_replay_triton_probe.py, a subprocess
+  with TRITON_INTERPRET=1) on the same cases, and compiled for an H200 (sm_90) without one.
 
 bfloat16 tolerances: the math is float32, but the output is stored in bfloat16, whose rounding moves
-a value by up to 2^-8 of its size, so outputs are checked to 2^-8 relative; the records'
-high + low parts carry about 16 bits, so d and k are checked to 1e-4.
+a value by up to 2^-8 of its size, so outputs are checked to 2^-8 relative (two roundings of nearly
+equal float32 values, the kernel's and the stand-in's, differ by up to an ulp, 2^-7); the records'
+high + low parts carry about 16 bits, so d and k are checked to 1e-4 (2e-4 between the twins).
 """
 
 import random
+from pathlib import Path
 
 import pytest
 import torch
@@ -41,6 +46,7 @@ from tests.cpu.tree_replay_cases import (
     tree_depth,
     written_lanes,
 )
+from tests.interpreter_probe import run_probe
 
 RINGS = ("d_cache", "k_cache", "g_cache", "rawv_cache", "rawk_cache")
 
@@ -201,6 +207,41 @@ def test_the_compacted_path_commits_as_a_chain(dtype):
     for (n, slot), leaf in expected.items():
         assert torch.allclose(checkpoints[n, slot].double(), leaf, atol=1e-4)
     assert torch.equal(checkpoints[:, 0], torch.stack([layer["checkpoint_state"][0] for layer in layers]))
+
+
+@pytest.fixture(scope="module")
+def report():
+    return run_probe(Path(__file__).with_name("tree_replay_triton_probe.py"))
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_the_triton_kernel_run_by_the_interpreter_equals_the_stand_in(report, name):
+    r = report[name]
+    assert r["checkpoint equal"] and not r["out nan"], r
+    if CASES[name][2] == torch.float32:
+        assert r["out"] < 1e-6 and r["d"] < 2e-6 and r["k"] < 1e-6 and r["g"] < 2e-6, r
+    else:
+        assert r["out"] <= 2**-7 * r["out max abs"] and r["d"] < 2e-4 and r["k"] < 1e-4 and r["g"] < 2e-6, r
+
+
+def test_the_triton_kernel_compiles_for_an_h200():
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from dflash_sglang.cpu.gated_deltanet import tree_replay_triton as kernel
+
+    signature = {name: "*bf16" for name in ("q", "k", "v", "a", "b", "d_cache", "k_cache", "rawv_cache")}
+    signature |= {name: "*bf16" for name in ("rawk_cache", "out")}
+    signature |= {name: "*fp32" for name in ("A_log", "dt_bias", "h0", "g_cache", "scratch")}
+    cursors = ("query_start_loc", "ssm_state_indices", "replay_indices", "write_pos", "cache_base", "parents")
+    signature |= {name: "*i32" for name in cursors} | {"scale": "fp32"}
+    constants = dict(
+        H=16, HV=32, K=128, V=128, BV=64, BC=16, L=16, NORM=True, LOW_PARTS=True, NULL_BLOCK_ID=0
+    )
+    signature |= dict.fromkeys(constants, "constexpr")
+    source = ASTSource(kernel._tree_replay_kernel, signature, constexprs=constants)
+    assert triton.compile(source, target=GPUTarget("cuda", 90, 32)).asm["cubin"]
 
 
 def test_compaction_moves_only_written_records_and_wraps_the_ring():

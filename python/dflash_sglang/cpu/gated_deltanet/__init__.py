@@ -11,5 +11,5 @@ without an accelerator; hooks.py's KERNEL_HOOKS):
     ragged_verify.py     a ragged verify (per-request lengths) through the ring
     tree_replay.py       a draft tree's verify through the ring (records per node, no state per
                          node) and the move of the accepted path's records into chain order for
-                         the commit
+                         the commit; tree_replay_triton.py: its Triton twin
 """
