@@ -74,7 +74,7 @@ def test_the_ring_serves_gdn_chains_and_says_why_not_elsewhere():
     gdn = Qwen3_5TextConfig()
     assert replay_off_because(replay_cfg(), gdn) is None
     assert "Gated DeltaNet" in replay_off_because(replay_cfg(), Qwen3Config())
-    assert "tree" in replay_off_because(replay_cfg(speculative_eagle_topk=4), gdn)
+    assert replay_off_because(replay_cfg(speculative_eagle_topk=4), gdn) is None  # trees: tree/replay_ring.py
     assert "PD" in replay_off_because(replay_cfg(disaggregation_mode="decode"), gdn)
     assert "decode step" in replay_off_because(replay_cfg(enable_linear_replayssm=True), gdn)
     assert "cutedsl" in replay_off_because(replay_cfg(linear_attn_decode_backend="cutedsl"), gdn)
@@ -94,7 +94,7 @@ def test_the_ring_is_the_default_on_cuda_wherever_it_serves_and_asked_for_elsewh
     gdn = Qwen3_5TextConfig()
     assert ring_by_default(replay_cfg(device="cuda"), gdn)
     assert not ring_by_default(replay_cfg(device="cpu"), gdn)
-    assert not ring_by_default(replay_cfg(device="cuda", speculative_eagle_topk=4), gdn)  # a tree
+    assert ring_by_default(replay_cfg(device="cuda", speculative_eagle_topk=4), gdn)  # a tree too
     assert not ring_by_default(replay_cfg(device="cuda"), Qwen3Config())  # not Gated DeltaNet
 
     declared = []
@@ -113,11 +113,18 @@ def test_the_ring_is_the_default_on_cuda_wherever_it_serves_and_asked_for_elsewh
 
     assert resolve("", device="cuda") and not resolve("", device="cpu")
     assert resolve("1", device="cpu") and not resolve("0", device="cuda")
-    assert not resolve("", device="cuda", speculative_eagle_topk=4)  # the default declares nothing
-    with pytest.raises(DFlashConfigError, match="a draft tree"):
-        resolve("1", device="cuda", speculative_eagle_topk=4)  # asked for: refused by name
+    assert resolve("", device="cuda", speculative_eagle_topk=4)  # a tree too (tree/replay_ring.py)
+    assert resolve("1", device="cpu", speculative_eagle_topk=4) and not resolve(
+        "", device="cpu", speculative_eagle_topk=4
+    )
+    with pytest.raises(DFlashConfigError, match="PD"):
+        resolve("1", device="cuda", disaggregation_mode="decode")  # asked for where it cannot serve: named
     monkeypatch.setenv(REPLAY_ENV, "")
     assert "the default on cpu" in scratch_words(False, False, replay_cfg(device="cpu"), gdn)
+    assert scratch_words(False, True, replay_cfg(device="cpu"), gdn).startswith(
+        "a state per tree node (the default"
+    )
+    assert "a record per tree node" in scratch_words(True, True, replay_cfg(device="cuda"), gdn)
     monkeypatch.setenv(REPLAY_ENV, "0")
     assert f"({REPLAY_ENV}=0)" in scratch_words(False, False, replay_cfg(device="cuda"), gdn)
 

@@ -9,7 +9,8 @@ Through SGLang's HookRegistry it
 - makes `--speculative-algorithm DFLASH` build this package's worker,
 - lets `/set_internal_state` switch its verify policy (width/runtime_switch.py),
 - builds the ReplaySSM pool SGLang refuses DFLASH on a Gated DeltaNet target, and declares its flag
-  for `DFLASH_SGLANG_REPLAY_SSM=1` (admission/replay_ssm.py),
+  for `DFLASH_SGLANG_REPLAY_SSM=1` (admission/replay_ssm.py), and runs a draft tree's verify
+  through it (tree/replay_ring.py),
 - resolves `architectures: ["DFlashDraftModel"]` (and its aliases) to this package's draft model,
 - installs the torch stand-ins for GPU-only kernels; each one acts only on CPU tensors and
   hands GPU tensors to SGLang's own kernel.
@@ -51,6 +52,7 @@ def register() -> None:
 
     from .admission import cli_aliases, input_checks, replay_ssm, request_checks, startup_checks
     from .cpu import install as install_cpu_stand_ins
+    from .tree import replay_ring
     from .tree import switches as tree_switches
     from .width import runtime_switch
 
@@ -78,9 +80,14 @@ def register() -> None:
     # `--enable-linear-replayssm-spec` on a GDN target: our commit replays it (admission/replay_ssm.py).
     HookRegistry.register(replay_ssm.TARGET, replay_ssm.build_pool_for_gdn_replay, HookType.AROUND)
     HookRegistry.register(replay_ssm.ASK_TARGET, replay_ssm.replay_when_asked, HookType.BEFORE)
+    # A draft tree's verify through that ring: our tree replay, records per node (tree/replay_ring.py).
+    HookRegistry.register(
+        replay_ring.VERIFY_TARGET, replay_ring.verify_trees_through_the_ring, HookType.AROUND
+    )
     # BEFORE and AFTER, not AROUND: the CPU layer already wraps `_handle_dflash` (cpu/platform/checks.py),
     # and SGLang warns at every startup about two AROUND hooks on one target.
     HookRegistry.register(tree_switches.HANDLE_DFLASH, tree_switches.declare_a_chain, HookType.BEFORE)
+    HookRegistry.register(tree_switches.RING_CHECK, tree_switches.chain_for_the_ring_check, HookType.BEFORE)
     HookRegistry.register(tree_switches.HANDLE_DFLASH, tree_switches.declare_the_tree_width, HookType.AFTER)
     HookRegistry.register(
         tree_switches.CONV_WINDOW_DEDUP, tree_switches.dense_conv_windows_for_trees, HookType.AROUND

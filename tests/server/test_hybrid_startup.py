@@ -28,11 +28,6 @@ CASES = {
         ["--speculative-draft-window-size must be >=", "window_size=4, block_size=8"],
     ),
     # The ReplaySSM ring (opt-in): where our worker cannot take it, named.
-    "ring-insisted-on-a-tree": (
-        ["--speculative-eagle-topk", "4", "--speculative-num-draft-tokens", "16"],
-        {"DFLASH_SGLANG_REPLAY_SSM": "1"},
-        ["DFlashConfigError", "DFLASH_SGLANG_REPLAY_SSM=1", "a draft tree"],
-    ),
     "ring-under-pd": (
         ["--enable-linear-replayssm-spec", "--disaggregation-mode", "decode"],
         {},

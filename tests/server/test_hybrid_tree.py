@@ -51,22 +51,26 @@ from .test_hybrid_worker import (
     NO_BUFFER,
     OVERLAP,
     PLAIN,
+    RING,
 )
 
 CASES = {  # name: (env, mamba flags, K, N)
     "overlap-extra_buffer-K4-N16": (OVERLAP, EXTRA_BUFFER, 4, 16),
     "plain-no_buffer-K8-N32": (PLAIN, NO_BUFFER, 8, 32),
-    # Tree widths forced through 16, 1, 5, 2, 9, 3 nodes: plain steps and smaller trees between.
-    "overlap-extra_buffer_lazy-K4-N16-widths": (
-        {**OVERLAP, WIDTHS_ENV: "16,1,5,2,9,3"},
+    # Through the ReplaySSM ring (tree/replay_ring.py: a record per node, no state per node), tree
+    # widths forced through 16, 1, 5, 2, 9, 3 nodes: plain steps and smaller trees between.
+    "ring-overlap-extra_buffer_lazy-K4-N16-widths": (
+        {**OVERLAP, **RING, WIDTHS_ENV: "16,1,5,2,9,3"},
         EXTRA_BUFFER_LAZY,
         4,
         16,
     ),
+    "ring-plain-extra_buffer-K4-N16": ({**PLAIN, **RING}, EXTRA_BUFFER, 4, 16),
 }
 LAW_PATHS = {
     "overlap-extra_buffer-K4-N16": "hybrid tree 16 nodes, extra_buffer, overlap worker",
     "plain-no_buffer-K8-N32": "hybrid tree 32 nodes, no_buffer, plain worker",
+    "ring-plain-extra_buffer-K4-N16": "hybrid tree 16 nodes through the ring, extra_buffer, plain worker",
 }
 
 
@@ -98,12 +102,16 @@ def nospec(pair):
 
 
 def test_the_log_says_the_recurrent_layers_follow_the_tree(case):
-    _, server = case
+    name, server = case
     log = server.log_path.read_text()
     assert "DFLASH tree verification: the" in log and "the recurrent layers follow its parent links" in log
-    # no ReplaySSM ring for a tree: the startup line says what a request slot holds instead, and why
-    assert "verify scratch: a state per tree node (SGLang's ring verify replays a chain" in log
-    assert "GDN ReplaySSM ring buffers allocated" not in log
+    # the startup line says what a request slot holds, and why
+    if name.startswith("ring"):
+        assert "verify scratch: SGLang's ReplaySSM ring, a record per tree node (our tree replay)" in log
+        assert "GDN ReplaySSM ring buffers allocated" in log
+    else:
+        assert "verify scratch: a state per tree node (the default on cpu" in log
+        assert "GDN ReplaySSM ring buffers allocated" not in log
 
 
 def test_greedy_equals_the_target_alone_and_the_oracles_steps(case, pair, expected):

@@ -15,7 +15,7 @@ refusal, which is right for it.
 The default on CUDA, opt-in elsewhere (`replay_when_asked`, step/replay_choice.py): with
 `DFLASH_SGLANG_REPLAY_SSM` unset, a DFLASH chain on a Gated DeltaNet target served on CUDA declares
 the flag wherever the ring can serve; SGLang's own flag, or `DFLASH_SGLANG_REPLAY_SSM=1`, asks for
-it anywhere and fails at startup naming why where it cannot (a tree, PD, another decode backend);
+it anywhere and fails at startup naming why where it cannot (PD, another decode backend);
 `=0` keeps a state per position. A request's recurrent scratch then shrinks from a full state per
 block position to a ring of compact records (16.5x -> 1.45x a slot at block 16, docs/hybrid.md),
 the output stays the target's. On CPU, where every measurement so far ran, its torch stand-ins

@@ -37,6 +37,7 @@ from sglang.srt.configs.hybrid_arch import mambaish_config
 from sglang.srt.runtime_context import mamba_track_grid
 
 from ..errors import DFlashConfigError
+from ..tree.replay_ring import commit_tree_through_the_ring
 from . import recurrent_memory
 from .replay_choice import scratch_words
 
@@ -64,13 +65,7 @@ def replay_ring_length(model_runner) -> int | None:
     return int(pool.mamba_cache.replayssm_d.shape[-2])
 
 
-def refuse_what_the_ring_cannot_verify(ring_length: int, widest: int, trees: bool) -> None:
-    if trees:
-        raise DFlashConfigError(
-            "--enable-linear-replayssm-spec replays a chain: SGLang's ring verify reads no parent "
-            "pointers, so a draft tree (--speculative-eagle-topk > 1) needs the per-node "
-            "state snapshots; drop one of the two"
-        )
+def refuse_what_the_ring_cannot_verify(ring_length: int, widest: int) -> None:
     if ring_length < widest:
         raise DFlashConfigError(
             f"--linear-replayssm-cache-len {ring_length} is shorter than the widest DFLASH verify "
@@ -100,7 +95,7 @@ class RecurrentStateCommit:
             return
         self.ring_length = replay_ring_length(model_runner)
         if self.ring_length is not None:
-            refuse_what_the_ring_cannot_verify(self.ring_length, widest, trees)
+            refuse_what_the_ring_cannot_verify(self.ring_length, widest)
         hf_config = model_runner.model_config.hf_config
         words = scratch_words(self.ring_length is not None, trees, model_runner.server_args, hf_config)
         self.memory = recurrent_memory.report(model_runner, self.ring_length is not None, words)
@@ -117,14 +112,19 @@ class RecurrentStateCommit:
         steps_to_track = None
         if batch.mamba_track_indices is not None:
             steps_to_track = track_steps(pre, post, accepted, mamba_track_grid(batch.tree_cache.page_size))
-        if self.ring_length is not None:  # trees never get here: refused at startup
+        if self.ring_length is not None and path_rows is None:
             self.replay(batch, accepted, last, steps_to_track)
             return
+        depth_to_track = steps_to_track
         if path_rows is not None:
             last = path_rows.gather(1, last.unsqueeze(1)).squeeze(1)
             if steps_to_track is not None:
                 on_path = path_rows.gather(1, steps_to_track.clamp_min(0).unsqueeze(1)).squeeze(1)
                 steps_to_track = torch.where(steps_to_track >= 0, on_path, steps_to_track)
+        if self.ring_length is not None:  # a tree through the ring: depths for the fold, nodes for conv
+            track = None if steps_to_track is None else (depth_to_track, steps_to_track)
+            commit_tree_through_the_ring(self.target_worker, batch, accepted, path_rows, last, track)
+            return
         self.model_runner.attn_backend.update_mamba_state_after_mtp_verify(
             last_correct_step_indices=last,
             mamba_track_indices=batch.mamba_track_indices,

@@ -49,9 +49,6 @@ def replay_off_because(cfg, hf_config) -> str | None:
 
     if hybrid_gdn_config(SimpleNamespace(hf_config=hf_config)) is None:
         return "not a Gated DeltaNet target"
-    topk = cfg.speculative_eagle_topk
-    if topk is not None and int(topk) > 1:
-        return "a draft tree (--speculative-eagle-topk > 1): the ring verify replays a chain"
     if cfg.disaggregation_mode != "null":
         return f"PD disaggregation ({cfg.disaggregation_mode}): not tested with the ring"
     if cfg.enable_linear_replayssm:
@@ -64,14 +61,14 @@ def replay_off_because(cfg, hf_config) -> str | None:
 
 def scratch_words(ring_on: bool, trees: bool, server_args, hf_config) -> str:
     """The startup log's words for what the verify keeps, and why."""
+    if ring_on and trees:
+        return "SGLang's ReplaySSM ring, a record per tree node (our tree replay), folded every commit"
     if ring_on:
         return "SGLang's ReplaySSM ring, folded every commit"
-    if trees:  # SGLang's ring verify reads no parent pointers: a node needs its own state
-        return "a state per tree node (SGLang's ring verify replays a chain, not a tree)"
     why = replay_off_because(server_args, hf_config)
     if why is None and replay_switch() is False:
         why = f"{REPLAY_ENV}=0"
     elif why is None:
         device, ask = serving_device(server_args), f"{REPLAY_ENV}=1 or --enable-linear-replayssm-spec"
         why = f"the default on {device}; {ask}: SGLang's ReplaySSM ring, the default on CUDA"
-    return f"a state per block position ({why})"
+    return f"{'a state per tree node' if trees else 'a state per block position'} ({why})"

@@ -22,6 +22,7 @@ logger = logging.getLogger(__name__)
 
 HANDLE_DFLASH = "sglang.srt.arg_groups.speculative_hook._handle_dflash"
 CONV_WINDOW_DEDUP = "sglang.srt.mem_cache.memory_pool.conv_window_dedup_enabled"
+RING_CHECK = "sglang.srt.arg_groups.attention_hook.handle_linear_attn_backend"
 SOURCE = "dflash_sglang.tree.switches"
 
 # (K, N) the operator asked for, from the BEFORE hook to the AFTER hook of one `_handle_dflash`.
@@ -57,8 +58,8 @@ def declare_a_chain(server_args):
     from sglang.srt.arg_groups.overrides import declare_resolution, resolving_view
 
     cfg = resolving_view(server_args)
-    topk = cfg.speculative_eagle_topk
-    if topk is None or int(topk) <= 1:
+    topk = requested_topk(server_args)  # the operator's: `chain_for_the_ring_check` may have declared 1
+    if topk <= 1:
         _requested_width.set(None)
         return None
     width = cfg.speculative_num_draft_tokens
@@ -99,3 +100,18 @@ def dense_conv_windows_for_trees(original, is_npu, is_cpu, speculative_eagle_top
 
     topk = max(speculative_eagle_topk or 1, requested_topk(get_server_args()))
     return original(is_npu, is_cpu, topk, is_kda)
+
+
+def chain_for_the_ring_check(server_args):
+    """BEFORE SGLang's linear-attention checks, which refuse its ReplaySSM ring for topk > 1 (its
+    verify kernel replays a chain): a DFLASH tree's verify through the ring is ours
+    (tree/replay_ring.py, parent pointers), so the check sees the chain SGLang will run anyway."""
+    from sglang.srt.arg_groups.overrides import declare_resolution, resolving_view
+
+    cfg = resolving_view(server_args)
+    if (
+        cfg.speculative_algorithm == "DFLASH"
+        and cfg.enable_linear_replayssm_spec
+        and requested_topk(server_args) > 1
+    ):
+        declare_resolution(server_args, SOURCE, speculative_eagle_topk=1)
