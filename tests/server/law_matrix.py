@@ -57,6 +57,7 @@ PATHS = {
     "hybrid extra_buffer, overlap worker, constant drafts": "test_hybrid_worker.py",
     "hybrid tree 16 nodes, extra_buffer, overlap worker": "test_hybrid_tree.py",
     "hybrid tree 32 nodes, no_buffer, plain worker": "test_hybrid_tree.py",
+    "hybrid tree 16 nodes through the ring, extra_buffer, plain worker": "test_hybrid_tree.py",
     "hybrid extra_buffer, no radix cache, block 16, overlap worker": "test_hybrid_worker.py",
     "hybrid extra_buffer_lazy, overlap worker, width cycle": "test_hybrid_worker.py",
     "hybrid no_buffer, plain worker, width cycle": "test_hybrid_worker.py",
