@@ -4,8 +4,8 @@
         "tests/server/test_worker.py::test_the_sampled_law_with_real_filters"
 
 The copy lives in a temporary folder removed afterwards; SGLang's server processes inherit
-PYTHONPATH, so the plugin they load is the planted one. `--list` names the bugs (policy_bugs.py's
-too: they plant the same way).
+PYTHONPATH, so the plugin they load is the planted one. `--list` names the bugs (policy_bugs.py's,
+sampled_draft_bugs.py's and tree_replay_bugs.py's too: they plant the same way).
 """
 
 from __future__ import annotations
@@ -23,9 +23,10 @@ import dflash_sglang
 from .bugs import BUGS, Bug
 from .policy_bugs import POLICY_BUGS
 from .sampled_draft_bugs import SAMPLED_DRAFT_BUGS
+from .tree_replay_bugs import TREE_REPLAY_BUGS
 
 PACKAGE = Path(dflash_sglang.__file__).resolve().parent
-PLANTABLE = {**BUGS, **POLICY_BUGS, **SAMPLED_DRAFT_BUGS}
+PLANTABLE = {**BUGS, **POLICY_BUGS, **SAMPLED_DRAFT_BUGS, **TREE_REPLAY_BUGS}
 
 
 def planted_copy(bug: Bug, root: Path) -> Path:

@@ -2,11 +2,11 @@
 target, Gated DeltaNet with full attention every fourth layer, and its DFlash drafter).
 
 What the run answers (docs/hybrid.md): tokens/s at concurrency 1, 8 and 32 against no
-speculation, for the verify through SGLang's ReplaySSM ring (`DFLASH_SGLANG_REPLAY_SSM=1`) against a
-state per block position (the default), against
-whole blocks, SGLang's built-in worker (a state per position: SGLang refuses it the ring on a GDN
-target), and a tree (a state per node). Float32 conv state (exact), extra_buffer, 256 mamba
-slots: 51 running requests, so concurrency 32 is not capped by slots.
+speculation, for the verify through SGLang's ReplaySSM ring (`DFLASH_SGLANG_REPLAY_SSM=1`) against
+a state per block position (`=0`), against whole blocks, SGLang's built-in worker (a state per
+position: SGLang refuses it the ring on a GDN target), and a tree of 16 nodes with a state per
+node against the same tree through the ring (tree/replay_ring.py). Float32 conv state (exact),
+extra_buffer, 256 mamba slots: 51 running requests, so concurrency 32 is not capped by slots.
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ ENV = {"SGLANG_MAMBA_CONV_DTYPE": "float32"}
 ARGS = ("--max-mamba-cache-size", "256", "--mamba-scheduler-strategy", "extra_buffer")
 OVERLAP = {"SGLANG_ENABLE_SPEC_V2": "1"}
 RING = {**OVERLAP, REPLAY_SSM.name: "1"}
+PER_POSITION = {**OVERLAP, REPLAY_SSM.name: "0"}
+TREE = ("--speculative-eagle-topk", "4")
 WHOLE = {ADAPTIVE_WIDTH.name: "0"}
 ONE_WIDTH = {REQUEST_LENGTHS.name: "0"}
 
@@ -36,10 +38,12 @@ def variants(variant_class) -> list:
         make("ring, one width a batch", True, {**RING, **ONE_WIDTH},
              "the same, DFLASH_SGLANG_REQUEST_LENGTHS=0"),
         make("ring, whole blocks", True, {**RING, **WHOLE}, "the same, DFLASH_SGLANG_ADAPTIVE_WIDTH=0"),
-        make("state per position", True, OVERLAP, "our overlap worker as launched (a state per position)"),
+        make("state per position", True, PER_POSITION,
+             "our overlap worker, DFLASH_SGLANG_REPLAY_SSM=0 (a state per position)"),
         make("sglang built-in", True, {**OVERLAP, WORKER.name: "builtin"},
              "DFLASH_SGLANG_WORKER=builtin (a state per block position)"),
         make("ring b16", True, RING, "our overlap worker, the ring, block 16", 16),
-        make("tree k4 n16", True, OVERLAP, "our overlap worker, a tree of 16 nodes (a state per node)", 16,
-             ("--speculative-eagle-topk", "4")),
+        make("tree k4 n16", True, PER_POSITION, "our overlap worker, a tree of 16 nodes (a state per node)",
+             16, TREE),
+        make("tree ring k4 n16", True, RING, "the same tree through the ring (a record per node)", 16, TREE),
     ]  # fmt: skip
