@@ -212,8 +212,10 @@ def commit_gdn_replayssm_circular_on_cpu(
     if bool((fold | track).any()):
         # Records past a row's count weigh nothing in the fold: read only as many lanes as the
         # longest count (the kernel walks all L; on CPU every lane is a gather across layers).
-        lanes = max(int(counts[fold].max()) if bool(fold.any()) else 0,
-                    int(track_counts[track].max()) if bool(track.any()) else 0)
+        lanes = max(
+            int(counts[fold].max()) if bool(fold.any()) else 0,
+            int(track_counts[track].max()) if bool(track.any()) else 0,
+        )
         phys = (cache_base[rows].long()[:, None] + torch.arange(lanes)) & (L - 1)
 
         def ring(cache):  # [layers, R, heads, L, ..] -> [layers * N, heads, L, ..]
