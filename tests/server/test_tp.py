@@ -17,9 +17,10 @@ cycle of per-request lengths, ragged verifies on both ranks). Under both workers
 law_matrix.SETTINGS (temperatures, filters, a penalty) follow the target's own law, controls fail.
 A hybrid target (Gated DeltaNet heads sharded too), and its mixture-of-experts sibling (experts and the gated
 shared expert sharded), equal transformers' greedy decoding under the overlap worker, both through
-SGLang's ReplaySSM ring (DFLASH_SGLANG_REPLAY_SSM=1), the sibling at a forced cycle of per-request lengths.
+SGLang's ReplaySSM ring (DFLASH_SGLANG_REPLAY_SSM=1), the sibling at a forced cycle of per-request lengths,
+and the hybrid one again with a tree of 16 nodes through the ring.
 
-Servers: the two hybrid ones, then one no-spec and one per worker (at most two up at once); about
+Servers: the three hybrid ones, then one no-spec and one per worker (at most two up at once); about
 6 minutes in all.
 """
 
@@ -68,17 +69,22 @@ WORKERS = {
 }
 
 
-@pytest.mark.parametrize("experts", [0, 4], ids=["hybrid", "hybrid-moe"])
-def test_hybrid_target_equals_transformers_concurrently_and_on_a_radix_hit(tmp_path, experts):
+@pytest.mark.parametrize(
+    "experts,tree", [(0, False), (4, False), (0, True)], ids=["hybrid", "hybrid-moe", "hybrid-tree"]
+)
+def test_hybrid_target_equals_transformers_concurrently_and_on_a_radix_hit(tmp_path, experts, tree):
     """The tiny Qwen3.5-style pair (and its MoE sibling: 4 experts, top 2, a gated shared expert,
     as Qwen3.5-35B-A3B / 397B-A17B), overlap worker, extra_buffer state tracking, block 8: six
     prompts of 1-130 tokens at once, then the longest again from the radix cache (its tracked
-    state reused on both ranks). Its own server, gone before the others start."""
+    state reused on both ranks). The third case verifies a tree of 16 nodes through the ring on
+    both ranks (tree/replay_ring.py). Its own server, gone before the others start."""
     pair = hybrid.make_hybrid_pair(tmp_path, experts)
     args = [*TP2, *hybrid.HYBRID_ARGS, *hybrid.EXTRA_BUFFER, *dflash_args(pair, hybrid.BLOCK)]
     env = {**hybrid.HYBRID_ENV, **OVERLAP_TP2, "DFLASH_SGLANG_REPLAY_SSM": "1"}
     if experts:  # each request its own length: ragged verifies through the ring on both ranks
         env[FORCED_LENGTHS_ENV] = "8,1,4,2,8,3,1,6"
+    if tree:
+        args += ["--speculative-eagle-topk", 4, "--speculative-num-draft-tokens", 16]
     prompts = hybrid.prompts()
     want = [hybrid.greedy(pair.target, ids, MAX_NEW) for ids in prompts]
     with SGLangServer(pair.target, args, env=env) as server:
@@ -86,7 +92,8 @@ def test_hybrid_target_equals_transformers_concurrently_and_on_a_radix_hit(tmp_p
             outs = list(pool.map(lambda ids: hybrid.generate(server, ids, MAX_NEW), prompts))
         again = hybrid.generate(server, prompts[-1], MAX_NEW)
         log = server.log_path.read_text()
-    assert "verify scratch: SGLang's ReplaySSM ring, folded every commit" in log
+    kept = "a record per tree node (our tree replay)" if tree else "folded every commit"
+    assert f"verify scratch: SGLang's ReplaySSM ring, {kept}" in log
     if experts:
         assert "verify width forced per-request lengths" in log
     assert [out["output_ids"] for out in outs] == want
