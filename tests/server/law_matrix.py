@@ -36,7 +36,10 @@ from scipy import stats
 from sglang.srt.layers.sampler import top_k_top_p_min_p_sampling_from_probs_torch
 
 from .law_drafts import read_blocks
+from .law_joint import joint_log_ratios, mean_pvalue
 from .law_omnibus import omnibus_log_ratio, omnibus_pvalue
+from .law_pattern import joint_group, recorded_steps
+from .law_prompts import most_powerful, most_uncertain  # noqa: F401 - law_case and the tests import them here
 from .law_sampled import SampledDrafter, sampled_log_ratios
 from .law_statistics import likelihood_ratio_pvalue
 
@@ -101,10 +104,10 @@ REJECT = 1e-6  # the control's p-value must be below this
 RESULTS: list[dict] = []  # every check of the session, for the matrix conftest.py prints
 
 
-def sampled_batch(server, prompt: list[int], n: int, max_new: int, extra: dict, batched: bool) -> dict:
-    """n completions of every setting, all settings in one batch (a mixed batch, as in service);
-    not `batched`: one request a completion, 64 at a time (SGLang's PD router takes one prompt a
-    request)."""
+def sampled_batch(server, prompt: list[int], n: int, max_new: int, extra: dict, batched: bool) -> tuple:
+    """({setting: n completions}, {setting: their request ids}), all settings in one batch (a
+    mixed batch, as in service); not `batched`: one request a completion, 64 at a time (SGLang's
+    PD router takes one prompt a request)."""
     names = [name for name in SETTINGS for _ in range(n)]
     params = [{**SETTINGS[name].params, "max_new_tokens": max_new, "ignore_eos": True} for name in names]
     if batched:
@@ -115,13 +118,15 @@ def sampled_batch(server, prompt: list[int], n: int, max_new: int, extra: dict, 
         bodies = [{"input_ids": prompt, "sampling_params": p, **extra} for p in params]
         with ThreadPoolExecutor(64) as pool:
             outs = list(pool.map(lambda body: server.post("/generate", body), bodies))
-    completions, accepted = {name: [] for name in SETTINGS}, dict.fromkeys(SETTINGS, False)
+    completions, ids = {name: [] for name in SETTINGS}, {name: [] for name in SETTINGS}
+    accepted = dict.fromkeys(SETTINGS, False)
     for name, out in zip(names, outs, strict=True):
         assert len(out["output_ids"]) == max_new
         completions[name].append(out["output_ids"])
+        ids[name].append(out["meta_info"].get("id"))
         accepted[name] |= out["meta_info"].get("spec_accept_length", 0) > 1
     assert all(accepted.values()), f"no draft was accepted under {[k for k, v in accepted.items() if not v]}"
-    return completions
+    return completions, ids
 
 
 @torch.no_grad()
@@ -198,61 +203,39 @@ def control_ratio_pvalue(tested: torch.Tensor, control: torch.Tensor, completion
     return float(log_ratio.sum().clamp(max=0.0).exp())
 
 
-@torch.no_grad()
-def most_uncertain(model, prompts: list[list[int]], steps: int = 8) -> list[int]:
-    """The prompt whose greedy continuation leaves the target least sure (the most power per token)."""
-
-    def entropy(prompt: list[int]) -> float:
-        seq, total = list(prompt), 0.0
-        for _ in range(steps):
-            probs = torch.softmax(model(torch.tensor([seq])).logits[0, -1].double(), -1)
-            total -= float((probs * probs.clamp_min(1e-300).log()).sum())
-            seq.append(int(probs.argmax()))
-        return total
-
-    return max(prompts, key=entropy)
-
-
-@torch.no_grad()
-def most_powerful(model, prompts: list[list[int]], steps: int = 8) -> list[int]:
-    """The prompt whose greedy continuation's top token is likely yet uncertain (sum of p(1 - p)):
-    a good drafter drafts that token, and a wrong acceptance or residual moves its mass most
-    where p is near a half (law_statistics.py). Fixed by the model alone, before any sample."""
-
-    def score(prompt: list[int]) -> float:
-        seq, total = list(prompt), 0.0
-        for _ in range(steps):
-            probs = torch.softmax(model(torch.tensor([seq])).logits[0, -1].double(), -1)
-            top = float(probs.max())
-            total += top * (1 - top)
-            seq.append(int(probs.argmax()))
-        return total
-
-    return max(prompts, key=score)
-
-
 def judge(
-    setting: Setting, model, prompt: list[int], completions: list[list[int]], drafter=None, first=None
+    setting: Setting, model, prompt: list[int], completions: list[list[int]], drafter=None, first=None,
+    steps=None, first_steps=None,
 ) -> tuple:  # fmt: skip
     """(p, control p, the failure in words or "") of one setting's completions. p is the smaller,
     Bonferroni-doubled, of the PIT's and the likelihood ratio's against the bugs' own laws
     (law_statistics.py; `drafter`, a law_drafts.ChainDrafter, lets it see the drafts; a
-    law_sampled.SampledDrafter adds the laws of a sampled-draft verify's bugs) and the omnibus
+    law_sampled.SampledDrafter adds the laws of a sampled-draft verify's bugs), the omnibus
     law of the next token given the prefix (law_omnibus.py), over `completions` and `first`
-    (more completions of the setting, short ones: many share their prefixes)."""
+    (more completions of the setting, short ones: many share their prefixes), and the joint law
+    given the acceptance pattern (law_joint.py; `steps`, `first_steps`: each completion's
+    law_pattern.Steps where a record was made; point drafts are read back without one)."""
     tokens, logits, target, support, usable = tested(setting.params, model, prompt, completions)
     stray = outside(support, tokens)
     groups = [(target, tokens, usable)]
+    batches = [(completions, (tokens, target, usable), steps)]
     if first:
         short, _, short_target, short_support, short_usable = tested(setting.params, model, prompt, first)
         stray += outside(short_support, short)
         groups.append((short_target, short, short_usable))
+        batches.append((first, (short, short_target, short_usable), first_steps))
     omnibus = omnibus_log_ratio(groups)
-    state, more = None, [omnibus]
+    state, named = None, []
     if isinstance(drafter, SampledDrafter):  # the drafts unseen: summed out (law_sampled.py)
-        more += sampled_log_ratios(law, model, drafter, prompt, completions, setting.params, target, usable)
+        named = sampled_log_ratios(law, model, drafter, prompt, completions, setting.params, target, usable)
     elif drafter is not None:
         state = read_blocks(model, drafter, prompt, completions)
+    joint = joint_log_ratios([
+        joint_group(law, model, drafter, prompt, batch, setting.params, seen, batch_steps,
+                    state if k == 0 else read_blocks(model, drafter, prompt, batch) if state else None)
+        for k, (batch, seen, batch_steps) in enumerate(batches)
+    ])  # fmt: skip
+    more = [omnibus, *named, *joint]
     ratio = likelihood_ratio_pvalue(law, logits, tokens, setting.params, target, usable, state, more)
     p = min(1.0, 2 * min(pit_pvalue(target, tokens), ratio)) if not stray else 0.0
     control_law = law(logits, tokens, setting.control)
@@ -261,8 +244,11 @@ def judge(
     if p > PASS and control < REJECT:
         return p, control, ""
     stray_note = f"; {stray} tokens outside the filter" if stray else ""
-    named = likelihood_ratio_pvalue(law, logits, tokens, setting.params, target, usable, state, more[1:])
-    parts = f"omnibus alone {omnibus_pvalue(omnibus):.3g}, the bugs' laws alone {named:.3g}"
+    alone = likelihood_ratio_pvalue(law, logits, tokens, setting.params, target, usable, state, named)
+    parts = (
+        f"omnibus alone {omnibus_pvalue(omnibus):.3g}, the bugs' laws alone {alone:.3g}, "
+        f"the joint law alone {mean_pvalue(joint):.3g}"
+    )
     return (
         p,
         control,
@@ -292,15 +278,23 @@ def assert_every_setting_follows_the_law(
     """Every setting's completions pass against the target's law and fail against its control
     (`extra`: request fields every request carries, such as a LoRA adapter's name; `drafter`: the
     chain's drafter, law_drafts.ChainDrafter, for the tests that watch the drafts; `first`: that
-    many more completions a setting, one block long, for the omnibus, law_omnibus.py)."""
+    many more completions a setting, one block long, for the omnibus, law_omnibus.py). A server
+    that records its steps (step_records.record_env) gives the judge each completion's acceptance
+    pattern (law_pattern.recorded_steps)."""
     assert path in PATHS, f"register {path!r} in law_matrix.PATHS"
     prompt = most_uncertain(model, prompts)
     failures = []
-    short = dict.fromkeys(SETTINGS)
+    short, short_ids = dict.fromkeys(SETTINGS), dict.fromkeys(SETTINGS)
     if first:  # the prefill's token and one block's drafts
-        short = sampled_batch(server, prompt, first, getattr(drafter, "block_size", 4), extra or {}, batched)
-    for name, completions in sampled_batch(server, prompt, n, max_new, extra or {}, batched).items():
-        p, control, failure = judge(SETTINGS[name], model, prompt, completions, drafter, short[name])
+        short, short_ids = sampled_batch(
+            server, prompt, first, getattr(drafter, "block_size", 4), extra or {}, batched
+        )
+    batches, ids = sampled_batch(server, prompt, n, max_new, extra or {}, batched)
+    for name, completions in batches.items():
+        steps, first_steps = recorded_steps(server, ids[name]), recorded_steps(server, short_ids[name])
+        p, control, failure = judge(
+            SETTINGS[name], model, prompt, completions, drafter, short[name], steps, first_steps
+        )
         RESULTS.append({"path": path, "setting": name, "p": p, "control": control})
         if failure:
             failures.append(f"{name}: {failure}")

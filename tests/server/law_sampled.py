@@ -26,9 +26,8 @@ import dataclasses
 
 import torch
 
-from dflash_sglang.drafter.context import DraftContextCache, target_features
-
-from .law_drafts import ChainDrafter, draft_logits_at
+from .law_drafts import ChainDrafter
+from .law_pattern import draft_logits
 
 ACCEPT_POWERS = (0.5, 2.0)  # keep with min(1, (p/q)^g): a wrong acceptance test
 
@@ -38,6 +37,7 @@ class SampledDrafter:
     """A chain server's drafter whose drafts are sampled from its law (sampling/sampled_drafts.py)."""
 
     chain: ChainDrafter
+    block_verified: bool = False  # the server judges the drafts as a block (block_verify.py)
 
     @property
     def block_size(self) -> int:
@@ -58,17 +58,10 @@ def sampled_log_ratios(
 
 
 @torch.no_grad()
-def block_laws(law, target_model, chain: ChainDrafter, prompt, completion, params) -> list:
+def block_laws(law, target_model, chain, prompt, completion, params) -> list:
     """[start] -> (q [B-1, V], unnormalised q [B-1, V]): the drafter's law after the verified token
     at each completion index (float64), and the same before its filter's renormalisation."""
-    ids = torch.tensor([prompt + completion])
-    features = target_features(target_model(ids, output_hidden_states=True).hidden_states,
-                               chain.model.config.target_layer_ids)  # fmt: skip
-    cache = DraftContextCache(chain.model.config.num_hidden_layers)  # the context read once
-    logits = torch.stack([
-        draft_logits_at(target_model, chain, ids, features, len(prompt) + start, cache)
-        for start in range(len(completion) - 1)
-    ]).double()  # fmt: skip
+    logits = draft_logits(target_model, chain, prompt, completion, list(range(len(completion) - 1)))
     q = law(logits, torch.zeros(logits.shape[:2], dtype=torch.long), params)
     full = torch.softmax(logits / params.get("temperature", 1.0), -1)
     return list(zip(q, q * (full * (q > 0)).sum(-1, keepdim=True), strict=True))
