@@ -19,9 +19,10 @@ from its parent's state, only when its `topk` > 1; DFLASH resolves topk to 1 (tr
 so a tree worker sets it on the backend. Row t of the saved states is then node t, and the commit
 copies the accepted path's nodes (the verify's `path_rows`) instead of block steps.
 
-ReplaySSM (`--enable-linear-replayssm-spec`, chains only): the verify keeps no state per block
-position. SGLang's verify kernel reads the request's checkpoint and writes each position's update
-vector, key and decay to a small ring per request row; the commit is SGLang's own
+ReplaySSM (`--enable-linear-replayssm-spec`; a tree's verify and commit are tree/replay_ring.py's):
+the verify keeps no state per block position. SGLang's verify kernel reads the request's
+checkpoint and writes each position's update vector, key and decay to a small ring per request row;
+the commit is SGLang's own
 `commit_mamba_states_after_verify` (as its EAGLE workers call it): advance the ring's cursors by
 the accepted count, fold the accepted records into the checkpoint (and the tracked step's into the
 track slot), roll the conv window back. Its `draft_token_num` sets when a fold happens (once
