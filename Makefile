@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: install system-libs test test-fast lint serve serve-hybrid demo bench bench-adaptive bench-first-burst bench-mixed bench-one-process bench-sampled-drafts bench-sampling-memory bench-step-profile tiny-pair tiny-hybrid-pair tiny-dflash2 gpu-check soak planted law-power
+.PHONY: install system-libs test test-fast lint serve serve-hybrid demo bench bench-adaptive bench-first-burst bench-mixed bench-one-process bench-sampled-drafts bench-sampling-memory bench-step-profile tiny-pair tiny-hybrid-pair tiny-dflash2 gpu-check soak planted law-power law-power-bugs
 
 install: system-libs
 	python3 -m venv $(VENV)
@@ -135,13 +135,20 @@ soak:
 
 # The law tests' power (tests/planted/, docs/reliability.md). `make planted`: every planted bug
 # against the law tests of the paths it reaches, on real servers (about two minutes a cell).
-# `make law-power`: the same judge on engine-free runs of the chain's law case, RUNS runs a bug.
+# `make law-power`: the judge's power against classes of bugs (tests/planted/bug_classes.py), each
+# instance planted into the package's verify, engine-free runs of the chain's law case on the toy
+# pair (LAW_POWER_ARGS="--case trained" for the trained pair; about an hour on one core either
+# way at the defaults below). `make law-power-bugs`: the named bugs the same way, RUNS runs a bug.
 PLANTED_ARGS ?=
 RUNS ?= 5
+LAW_POWER_ARGS ?= --instances 2 --runs 3
 planted:
 	$(PY) -m tests.planted.matrix --bugs none,$$($(PY) -m tests.planted.plant --list | cut -d" " -f1 | paste -sd,) $(PLANTED_ARGS)
 
 law-power:
+	OMP_NUM_THREADS=1 $(PY) -m tests.planted.class_power $(LAW_POWER_ARGS)
+
+law-power-bugs:
 	$(PY) -m tests.planted.power --runs $(RUNS)
 	for bug in $$($(PY) -m tests.planted.plant --list | cut -d' ' -f1); do \
 		$(PY) -m tests.planted.plant $$bug -- $(PY) -m tests.planted.power --runs $(RUNS); done

@@ -18,9 +18,10 @@ in each context, and a context is a function of the past alone:
 features   over-proposed (q(x) >= p(x): the tokens only an accepted draft gives), log q/p, q's
            argmax (a draw that is not from q), log p (a temperature), log p_{t-1} / p_t (another
            row's law), the token's count so far (a penalty); q is the drafter's law at the step's
-           block position (law_pattern.draft_logits), one-hot at the draft for point drafts;
+           block position (law_pattern.draft_logits), one-hot at the draft for point drafts,
+           q / w_{i-1} as a block, the last draft's at a bonus (`as_seen`);
 families   of contexts: all positions as one; the block position (the bonus apart); with the
-           previous position's acceptance ratio min(1, p/q) (coins shared within a block); with
+           previous position's acceptance ratio min(1, p/q), as a block the prefix weight; with
            what this completion's previous step did at that position (coins reused across steps);
            with what the completions before it did at the same step and position (coins shared
            across requests).
@@ -28,7 +29,8 @@ families   of contexts: all positions as one; the block position (the bonus apar
 In a context, theta is a mixture: KEEP at 0 and the rest over THETAS, so a context where nothing
 moves costs at most log(1 / KEEP). Every term is a product of fixed likelihood ratios of laws fixed
 by the past, so each family-feature pair is a martingale of mean 1 under p (tests/test_law_joint.py
-sums every outcome of a small case), and joins the judge's mean of ratios (Ville's inequality).
+sums every outcome of small cases), and joins the judge's mean of ratios (Ville's inequality).
+Coins reused (law_coins.py) add one alternative a source.
 """
 
 from __future__ import annotations
