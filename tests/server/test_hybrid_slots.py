@@ -7,7 +7,8 @@ running requests.
   slot without speculation, against several times that with a state per position (the default,
   a second server started only for its log, whose warning names the ring's flag), and warns that
   mamba slots bound the running requests.
-- A tree of 16 nodes through the ring: its slot as the chain ring's, greedy equal to the target alone.
+- A tree of 16 nodes through the ring: a record per node (1.9x no-spec's slot with its dense conv
+  windows), greedy equal to the target alone.
 - Under the verify policy as users launch it (the adaptive width, per-request lengths through the
   ring on CPU), twenty requests at once against sixteen slots (the slot limit, four queued):
   every output equals transformers' greedy decoding of the target alone, float32, and so does an
@@ -107,15 +108,16 @@ def test_an_abort_mid_block_leaves_the_next_requests_exact(server, pair):
 
 
 def test_a_tree_through_the_ring_keeps_a_record_per_node_not_a_state(pair):
-    """A 16-node tree (--speculative-eagle-topk 4) through the ring (tree/replay_ring.py): its slot
-    is the chain ring's (records per node, never a state per node), at most 1.5x no-spec's, and its
-    greedy outputs equal the target alone's."""
+    """A 16-node tree (--speculative-eagle-topk 4) through the ring (tree/replay_ring.py): records
+    per node, never a state per node, and greedy outputs equal to the target alone's. Its slot is
+    1.9x no-spec's (a state per node would be about 16.5x, as a state per position at block 16), not
+    the chain ring's 1.45x: SGLang keeps a tree's conv windows dense, (K - 1) inputs a node, where a
+    chain's share their inputs (tree/switches.py, `dense_conv_windows_for_trees`); docs/hybrid.md."""
     tree = ["--speculative-eagle-topk", 4]
-    with SGLangServer(
-        pair.target, [*ARGS, *dflash(pair), *tree], env={**HYBRID_ENV, REPLAY_ENV: "1"}
-    ) as trees:
+    env = {**HYBRID_ENV, REPLAY_ENV: "1"}
+    with SGLangServer(pair.target, [*ARGS, *dflash(pair), *tree], env=env) as trees:
         log = trees.log_path.read_text()
         outs = [generate(trees, p, NEW)["output_ids"] for p in prompts()[:3]]
     assert "verify scratch: SGLang's ReplaySSM ring, a record per tree node (our tree replay)" in log
-    assert slot_ratio(log) <= 1.5, slot_ratio(log)
+    assert slot_ratio(log) <= 2.0, slot_ratio(log)
     assert outs == [greedy(pair.target, p, NEW) for p in prompts()[:3]]
