@@ -22,12 +22,12 @@ import dataclasses
 import torch
 
 from dflash_sglang.drafter.context import target_features
-from dflash_sglang.sampling import penalties, sampled_drafts, sampled_verify
+from dflash_sglang.sampling import sampled_drafts, sampled_verify
 
 from ..server.law_drafts import draft_logits_at
 from ..server.law_matrix import law
 from ..server.law_pattern import Steps
-from .simulate import padded, sampling_info
+from .simulate import padded, penalise, sampling_info
 
 PATHS = ("point", "sampled", "block")
 
@@ -92,17 +92,3 @@ def step_draft_logits(drafter, target, seqs: list[list[int]]) -> torch.Tensor:
         features = target_features(tuple(h[r : r + 1] for h in hidden), chain.model.config.target_layer_ids)
         rows.append(draft_logits_at(target, chain, ids[r : r + 1], features, len(seq) - 1))
     return torch.stack(rows)
-
-
-def penalise(rows: torch.Tensor, block: torch.Tensor, generated: list[list[int]], params: dict) -> None:
-    """The frequency penalty at every block position, as the worker's ledger applies it."""
-    penalty = params.get("frequency_penalty", 0.0)
-    if not penalty:
-        return
-    counts = torch.zeros(rows.shape[0], rows.shape[-1])
-    for r, tokens in enumerate(generated):
-        counts[r].index_add_(0, torch.tensor(tokens), torch.ones(len(tokens)))
-    lengths = torch.tensor([len(tokens) for tokens in generated])
-    frequency = torch.full((rows.shape[0],), float(penalty))
-    params_ = penalties.PenaltyParams(frequency, None, None, None, None)
-    penalties.apply_block_penalties(rows, block, counts, lengths, params_)

@@ -16,7 +16,7 @@ import types
 import torch
 
 from dflash_sglang.drafter.context import target_features
-from dflash_sglang.sampling.penalties import PenaltyParams, apply_block_penalties
+from dflash_sglang.sampling import penalties
 from dflash_sglang.sampling.sampled_drafts import draw_drafts
 from dflash_sglang.sampling.sampled_verify import sampled_accept
 
@@ -102,7 +102,8 @@ def draw(drafter, target, ids, hidden, seqs, info, generator):
 
 
 def penalise(rows: torch.Tensor, block: torch.Tensor, generated: list[list[int]], params: dict) -> None:
-    """The frequency penalty at every block position, as the worker's ledger applies it."""
+    """The frequency penalty at every block position, as the worker's ledger applies it (read from
+    its module at call time, so a plant in bug_classes.py reaches it)."""
     penalty = params.get("frequency_penalty", 0.0)
     if not penalty:
         return
@@ -111,4 +112,6 @@ def penalise(rows: torch.Tensor, block: torch.Tensor, generated: list[list[int]]
         counts[r].index_add_(0, torch.tensor(tokens), torch.ones(len(tokens)))
     lengths = torch.tensor([len(tokens) for tokens in generated])
     frequency = torch.full((rows.shape[0],), float(penalty))
-    apply_block_penalties(rows, block, counts, lengths, PenaltyParams(frequency, None, None, None, None))
+    penalties.apply_block_penalties(
+        rows, block, counts, lengths, penalties.PenaltyParams(frequency, None, None, None, None)
+    )
