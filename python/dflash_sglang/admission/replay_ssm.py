@@ -19,7 +19,7 @@ it anywhere and fails at startup naming why where it cannot (PD, another decode 
 `=0` keeps a state per position. A request's recurrent scratch then shrinks from a full state per
 block position to a ring of compact records (16.5x -> 1.45x a slot at block 16, docs/hybrid.md),
 the output stays the target's. On CPU, where every measurement so far ran, its torch stand-ins
-cost 7-12% of tokens/s against a state per position (docs/hybrid.md), so there it is not the
+cost up to 9% of tokens/s against a state per position at block 8 (docs/hybrid.md), so there it is not the
 default yet. The startup line names the flag when mamba slots bound the running requests.
 """
 

@@ -6,7 +6,8 @@ The default (`DFLASH_SGLANG_REPLAY_SSM` unset) is the ring on CUDA wherever it c
 same ones), and a state per position writes B full recurrent states a layer a request each verify,
 the bandwidth and memory a GPU lacks (16.4x no-spec's slot at block 16 against the ring's 1.45x,
 docs/hybrid.md). On CPU a state per position stays the default for now: the ring's torch stand-ins
-ran at 0.88-0.93x its tokens/s there (docs/hybrid.md). `DFLASH_SGLANG_REPLAY_SSM=1` asks for the
+ran at 0.91-1.01x its tokens/s there at block 8, a tree's
+replay at 0.71-0.93x a state per node's (docs/hybrid.md). `DFLASH_SGLANG_REPLAY_SSM=1` asks for the
 ring anywhere (admission/replay_ssm.py declares SGLang's flag, and fails at startup naming why
 where it cannot serve), `=0` keeps a state per position; SGLang's own flag still forces the ring.
 """

@@ -43,6 +43,8 @@ def variants(variant_class) -> list:
         make("sglang built-in", True, {**OVERLAP, WORKER.name: "builtin"},
              "DFLASH_SGLANG_WORKER=builtin (a state per block position)"),
         make("ring b16", True, RING, "our overlap worker, the ring, block 16", 16),
+        make("state per position b16", True, PER_POSITION, "our overlap worker, a state per position, block 16",
+             16),
         make("tree k4 n16", True, PER_POSITION, "our overlap worker, a tree of 16 nodes (a state per node)",
              16, TREE),
         make("tree ring k4 n16", True, RING, "the same tree through the ring (a record per node)", 16, TREE),
