@@ -5,6 +5,7 @@
     data.py        pairs -> token ids + loss mask; length-bucketed padded batches
     blocks.py      anchors, block inputs, labels, loss weights, the block visibility mask
     loss.py        all blocks of a batch in one drafter forward over the frozen target's features
+    feature_cache.py  those features computed once, for a deep target and a shallow drafter
     optim.py, loop.py  AdamW + warm-up/cosine, grad clip, tqdm, periodic evaluation
     evaluate.py    greedy acceptance length with reference.dflash_generate
     regenerate.py  the target's own greedy responses as drafter training data

@@ -68,8 +68,12 @@ def draft_hidden(draft: DFlashDraftModel, embeds, blocks: Blocks, features: torc
     return draft.run_layers(embeds, blocks.positions, attend)
 
 
-def draft_loss(target, draft: DFlashDraftModel, input_ids: torch.Tensor, blocks: Blocks) -> LossOutput:
-    features = target_context(target, input_ids, draft.config.target_layer_ids)
+def draft_loss(
+    target, draft: DFlashDraftModel, input_ids: torch.Tensor, blocks: Blocks, features=None
+) -> LossOutput:
+    """`features`: the target's context for `input_ids` when computed beforehand (feature_cache.py)."""
+    if features is None:
+        features = target_context(target, input_ids, draft.config.target_layer_ids)
     with torch.no_grad():
         embeds = target.get_input_embeddings()(blocks.input_ids)
     hidden = draft_hidden(draft, embeds, blocks, features)

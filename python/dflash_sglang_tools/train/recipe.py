@@ -7,6 +7,7 @@ norms learn. Anchors are redrawn for every batch (a fresh augmentation each epoc
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import torch
 
@@ -86,7 +87,10 @@ def train_drafter(
     eval_prompts: list[list[int]] = (),
     eval_max_new_tokens: int = 64,
     pad_id: int = 0,
+    context: Callable[[Batch], torch.Tensor] | None = None,
 ) -> list[dict]:
+    """`context(batch)`: the target's features of a batch computed beforehand (feature_cache.py);
+    None: a target forward every step."""
     freeze(target)
     draft.train()
     device = target.get_input_embeddings().weight.device
@@ -100,11 +104,12 @@ def train_drafter(
         count = max(1, recipe.anchors * recipe.block_size // block)
         anchors = torch.stack([sample_anchors(m, count, generator) for m in batch.loss_mask])
         anchors = anchors[:, : max(1, int((anchors >= 0).sum(1).max()))]  # drop all-padding columns
+        features = None if context is None else context(batch).to(device)
         batch = batch.to(device)
         blocks = make_blocks(batch.input_ids, batch.loss_mask, anchors.to(device), block,
                              config.mask_token_id, recipe.gamma or default_gamma(block))  # fmt: skip
         with autocast:
-            out = draft_loss(target, draft, batch.input_ids, blocks)
+            out = draft_loss(target, draft, batch.input_ids, blocks, features)
         return out.loss, {"acc": float(out.accuracy)}
 
     def evaluate() -> dict:

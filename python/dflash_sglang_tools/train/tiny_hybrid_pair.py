@@ -120,13 +120,14 @@ def hybrid_build(out: Path, plan: HybridPlan = HybridPlan(), stages: tuple[str, 
     return build(out, plan, stages, **hooks)
 
 
-def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv=None, default: HybridPlan = HybridPlan(), doc: str = __doc__) -> None:
+    """The command line of this pair, or of another hybrid pair's plan (seed_hybrid_pair.py)."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     parser.add_argument("--out", required=True, type=Path, help="directory for the pair")
     parser.add_argument("--stage", choices=STAGES, help="one stage only (default: both)")
-    parser.add_argument("--draft-epochs", type=int, default=HybridPlan.draft_epochs)
+    parser.add_argument("--draft-epochs", type=int, default=default.draft_epochs)
     args = parser.parse_args(argv)
-    plan = HybridPlan(draft_epochs=args.draft_epochs)
+    plan = dataclasses.replace(default, draft_epochs=args.draft_epochs)
     report = hybrid_build(args.out, plan, stages=(args.stage,) if args.stage else STAGES)
     if report is None:
         return

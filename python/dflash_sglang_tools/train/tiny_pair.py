@@ -35,6 +35,7 @@ from ..testing.tiny_dense import CHAT_TEMPLATE, MASK_TOKEN, TinyPair, build_toke
 from .causal_lm import train_causal_lm
 from .data import encode_all, prompt_ids, read_jsonl
 from .evaluate import acceptance
+from .feature_cache import FeatureCache
 from .loop import Schedule
 from .recipe import DrafterRecipe, drafter_config, train_drafter
 from .regenerate import regenerate
@@ -84,6 +85,10 @@ class Plan:
     draft_epochs: int = 8
     draft_lr: float = 3e-3
     draft_tokens_per_batch: int = 4096
+    draft_eval_every: int = 200  # steps between the periodic evaluations on `eval_prompts`
+    # True: the target's features of the drafter's data computed once (feature_cache.py), not by
+    # a target forward every step; worth it for a deep target and a shallow drafter.
+    cache_target_features: bool = False
     train_pairs: int | None = None  # None: all of them (smaller for quick trials)
     eval_prompts: int = 12  # held-out prompts for the periodic evaluation (all at the end)
     eval_max_new_tokens: int = 96
@@ -187,10 +192,13 @@ def build(
         anchors=plan.anchors,
         tokens_per_batch=plan.draft_tokens_per_batch,
         seed=plan.seed,
-        schedule=Schedule(epochs=plan.draft_epochs, lr=plan.draft_lr, eval_every=200),
+        schedule=Schedule(epochs=plan.draft_epochs, lr=plan.draft_lr, eval_every=plan.draft_eval_every),
     )
+    context = None
+    if plan.cache_target_features:
+        context = FeatureCache(target, examples, plan.target_layer_ids, plan.draft_tokens_per_batch, pad)
     history = train_drafter(target, draft, examples, recipe, eval_ids[: plan.eval_prompts],
-                            plan.eval_max_new_tokens, pad)  # fmt: skip
+                            plan.eval_max_new_tokens, pad, context)  # fmt: skip
     draft_done = time.monotonic()
 
     draft.eval().save_pretrained(out / "draft")
