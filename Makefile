@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: install system-libs test test-fast lint serve serve-hybrid demo bench bench-adaptive bench-first-burst bench-mixed bench-one-process bench-sampled-drafts bench-sampling-memory bench-step-profile tiny-pair tiny-hybrid-pair tiny-dflash2 gpu-check soak planted law-power law-power-bugs
+.PHONY: install system-libs test test-fast lint serve serve-hybrid demo bench bench-adaptive bench-first-burst bench-mixed bench-one-process bench-sampled-drafts bench-sampling-memory bench-step-profile tiny-pair tiny-hybrid-pair seed-hybrid-pair tiny-dflash2 gpu-check soak planted law-power law-power-bugs
 
 install: system-libs
 	python3 -m venv $(VENV)
@@ -115,6 +115,10 @@ tiny-pair:
 # The same recipe on a tiny Qwen3.5-style hybrid target (train/tiny_hybrid_pair.py).
 tiny-hybrid-pair:
 	OMP_NUM_THREADS=1 $(PY) -m dflash_sglang_tools.train.tiny_hybrid_pair --out python/dflash_sglang/assets/tiny-hybrid-pair
+
+# The seeds' shape: a 16-layer hybrid target and a one-layer drafter at block 16 (train/seed_hybrid_pair.py).
+seed-hybrid-pair:
+	OMP_NUM_THREADS=1 $(PY) -m dflash_sglang_tools.train.seed_hybrid_pair --out python/dflash_sglang/assets/seed-hybrid-pair
 
 # DFlash2: a candidate selector trained on the embedded drafter (train/dflash2_selector.py).
 tiny-dflash2:

@@ -13,6 +13,7 @@
     causal_lm.py   next-token training (the tiny target)
     tiny_pair.py   the deterministic script behind `make tiny-pair`
     tiny_hybrid_pair.py  the same recipe on a Qwen3.5-style hybrid target (`make tiny-hybrid-pair`)
+    seed_hybrid_pair.py  the seeds' shape: 16 hybrid layers, a one-layer drafter (`make seed-hybrid-pair`)
     sampled_acceptance.py  tokens a step with point against sampled drafts (`make bench-sampled-drafts`)
     dflash2_selector.py  DFlash2's candidate selector trained on the pair's drafter (`make tiny-dflash2`)
 """
