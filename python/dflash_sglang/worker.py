@@ -50,6 +50,7 @@ from .step.deferred_context import DeferredContext
 from .step.draft_window import draft_window
 from .step.drafting import Drafting
 from .step.hybrid import RecurrentStateCommit
+from .step.plain_forward import decode_off_because
 from .step.step_record import step_record
 from .step.tp_agreement import TpAgreement, draft_scope
 from .step.verifying import ChainRule, PlainRule, SimulatedRule, TreeRule, Verifying
@@ -174,8 +175,13 @@ class DFlashWorker(BaseSpecWorker):
         self.commit.recurrent_state.bind()  # after the target's backends: a hybrid target's state
 
     def init_cuda_graphs(self):
-        # The draft runs eager for now (no decode graph); the target's verify graphs are SGLang's.
+        # The draft runs eager for now (no decode graph); the target's verify graphs are SGLang's,
+        # captured before this call: whether a plain step can run SGLang's decode step is known now.
         self._draft_worker.init_cuda_graphs(capture_decode_cuda_graph=False)
+        why = decode_off_because(self.model_runner, self.tree, dp_attention.enabled())
+        self.verify.plain_decodes = why is None
+        logger.info("dflash_sglang: a plain step runs %s", why and f"the verify at width 1 ({why})" or
+                    "SGLang's decode forward")  # fmt: skip
 
     def prewarm_sampling(self):
         # SGLang sizes the KV pool after this: rehearse our sampled verify's worst-case memory.

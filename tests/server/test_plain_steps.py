@@ -20,7 +20,7 @@ from __future__ import annotations
 import pytest
 
 from dflash_sglang.width.controller import WIDTHS_ENV
-from dflash_sglang_tools.testing.server import SGLangServer
+from dflash_sglang_tools.testing.server import SGLangServer, log_tail
 
 from .conftest import dflash_args
 from .pairs import word_prompts
@@ -62,6 +62,8 @@ def nospec_outputs(pair8, prompt_ids):
 def plain_outputs(pair8, prompt_ids, nospec_outputs):
     args = [*dflash_args(pair8, 8), *SEED]
     with SGLangServer(pair8.target, args, env={**OVERLAP, WIDTHS_ENV: "1"}) as server:
+        # A dense target without captured graphs: the plain step's forward is SGLang's decode step.
+        assert "a plain step runs SGLang's decode forward" in log_tail(server.log_path, lines=400)
         return sequential_outputs(server, prompt_ids)
 
 

@@ -8,6 +8,7 @@ small call.
     tree_drafting.py    a tree's block: the tree of the step's width in nodes
     target_head.py      the target's embedding and LM head, as the draft phase reads them
     verifying.py        the verify phase: target forward, the acceptance rule chosen at startup
+    plain_forward.py    a plain step's forward as SGLang's decode step, where it can stand in
     ragged.py           per-request verify lengths: one ragged target forward, each request
                         judged within its own length
     committing.py       the commit phase: publish, inject the committed features, the bonus token

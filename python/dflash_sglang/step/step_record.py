@@ -61,6 +61,10 @@ class StepRecord:
         else:
             self.target = {"layout": "ragged", "lengths": [int(n) for n in layout.verify_lens_cpu]}
 
+    def one_token_each(self, batch_size: int) -> None:
+        """A plain step's DECODE forward (step/plain_forward.py): one width, 1."""
+        self.target = {"layout": "whole", "lengths": [1] * batch_size, "decode": True}
+
     def step(self, batch, plan: StepPlan, accept_lens) -> None:
         """The step's line, once its commit has produced `accept_lens`; `plan`: the policy's choice."""
         widths = self.widths

@@ -11,7 +11,8 @@ chosen once, at startup, one per kind of block:
     a tree    the walk over the target's draws at every node (tree/verify.py), the accepted path
               moved to the front of the block's KV
     no draft  a plain step (the plan's width 1): SGLang's own sampler draws the token, as on a
-              no-spec server (sampling/plain_draw.py); no speculative verify math runs
+              no-spec server (sampling/plain_draw.py); no speculative verify math runs, and where
+              it can stand in the forward is SGLang's decode step (step/plain_forward.py)
 
 Every TP rank commits rank 0's decision (step/tp_agreement.py). The phase returns a `Verified`,
 which the commit phase takes whole and the width policy learns from (a tree's walk).
@@ -36,6 +37,7 @@ from ..sampling.target_law import draw_every_row, is_greedy
 from ..sampling.verify_logits import adjust_verify_logits, grammar_tree
 from ..tree import verify as tree_verify
 from . import ragged
+from .plain_forward import decode_forward
 from .tp_agreement import TpAgreement
 
 
@@ -125,6 +127,9 @@ class Verifying:
         self.chain_rule, self.tree_rule = chain_rule, tree_rule
         self.plain_rule = plain_rule or chain_rule  # a step of width 1
         self.record = record  # step/step_record.py's, where a test asks for one
+        # A plain step's forward as SGLang's decode step, where it can stand in (step/plain_forward.py):
+        # decided once the target's graphs exist (the worker's init_cuda_graphs).
+        self.plain_decodes = False
 
     def __call__(
         self, batch, block: Block, penalties: PenaltyLedger | None, grammar_barrier=None
@@ -133,7 +138,8 @@ class Verifying:
         grammar = grammar_tree(batch, block.tokens, block.tree)  # host copy of the drafts, during the verify
         lengths = block.plan.lengths  # per-request lengths, or None: the whole block for all
         if lengths is None:
-            target_out = self.target_forward(batch, block)
+            forward = self.plain_forward if self.decodes(block) else self.target_forward
+            target_out = forward(batch, block)
             rows = None
         else:
             rows = ragged.ragged_rows(lengths, block.tokens.shape[1], block.tokens.device)
@@ -149,6 +155,16 @@ class Verifying:
         if block.tree is not None:
             return self.tree_rule
         return self.plain_rule if block.plan.width == 1 else self.chain_rule
+
+    def decodes(self, block: Block) -> bool:
+        """Whether this block's forward is SGLang's decode step: a plain step, where it can stand in."""
+        return self.plain_decodes and block.plan.width == 1 and block.tree is None
+
+    def plain_forward(self, batch, block: Block):
+        """A plain step's one token a request through a DECODE forward (step/plain_forward.py)."""
+        if self.record is not None:
+            self.record.one_token_each(len(batch.seq_lens))
+        return decode_forward(self.target_worker, batch, block)
 
     def ragged_forward(self, batch, block: Block, rows):
         """The verify forward over each request's first L_i positions; its outputs in the block's
