@@ -21,9 +21,11 @@ from dflash_sglang_tools.train import data
 from dflash_sglang_tools.train.tiny_pair import embedded_pair, held_out_prompts
 
 from .conftest import PLAIN, dflash_args
-from .law_case import COMPLETIONS, trained_case
+from .law_case import COMPLETIONS, FIRST_BLOCKS, trained_case
 from .law_matrix import assert_every_setting_follows_the_law
+from .law_sampled import SampledDrafter
 from .pairs import load, reference
+from .step_records import record_env
 from .test_worker import OVERLAP_CHECKED_DFLASH
 
 MAX_NEW = 24
@@ -64,12 +66,13 @@ PER_REQUEST = {FORCED_LENGTHS_ENV: "4,1,3,2"}
 
 
 @pytest.fixture(scope="module")
-def blocks(case):
+def blocks(case, tmp_path_factory):
     """Sampled drafts verified as a block (SGLang's flag; SGLang refuses it off CUDA, the plugin
     lets it through for DFLASH on CPU), under the plain worker, at per-request lengths."""
     pair, _, drafter, _ = case
     args = [*dflash_args(pair, drafter.block_size), "--speculative-use-block-verification"]
-    with SGLangServer(pair.target, args, env={**PLAIN, SAMPLED_DRAFTS_ENV: "1", **PER_REQUEST}) as server:
+    env = {**PLAIN, SAMPLED_DRAFTS_ENV: "1", **PER_REQUEST, **record_env(tmp_path_factory.mktemp("blocks"))}
+    with SGLangServer(pair.target, args, env=env) as server:
         yield server
 
 
@@ -81,7 +84,8 @@ def test_block_verification_keeps_the_law_and_greedy_stays_exact(case, blocks):
     assert "forced per-request lengths [4, 1, 3, 2]" in startup
     assert_every_setting_follows_the_law(
         "chain, sampled drafts, block verification, per-request lengths, plain worker",
-        blocks, target, [prompt], n=COMPLETIONS,
+        blocks, target, [prompt], n=COMPLETIONS, drafter=SampledDrafter(drafter, block_verified=True),
+        first=FIRST_BLOCKS,
     )  # fmt: skip
     out = blocks.generate(prompt, MAX_NEW)
     assert out["output_ids"] == reference(pair, prompt, MAX_NEW, drafter.block_size).tokens

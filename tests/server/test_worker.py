@@ -28,6 +28,7 @@ from .law_matrix import assert_every_setting_follows_the_law
 from .law_sampled import SampledDrafter
 from .pairs import chat, chat_prompts, load, reference
 from .sampling_law import chisquare_pvalue
+from .step_records import record_env
 from .test_overlap import stream_generate
 
 BLOCK = 4  # the shared pair is written for 8; the flag overrides it, as users do
@@ -255,7 +256,7 @@ OVERLAP_CHECKED_DFLASH = {**PLAIN, "SGLANG_ENABLE_DFLASH_SPEC_V2": "1", "DFLASH_
     ],
     ids=["sampled-overlap", "point-plain"],
 )
-def test_the_sampled_law_with_real_filters(env, drafts, path):
+def test_the_sampled_law_with_real_filters(env, drafts, path, tmp_path):
     """law_matrix.SETTINGS in one mixed batch, each against the target's law and its control, on
     law_case.py's trained pair and prompt, where the bugs of speculative sampling show
     (docs/reliability.md, tests/planted/). Both kinds of draft, so a bug planted in either verify
@@ -263,7 +264,8 @@ def test_the_sampled_law_with_real_filters(env, drafts, path):
     unseen drafts out of (law_sampled.py), and point drafts (SAMPLED_DRAFTS_ENV=0), which it reads
     back (law_drafts.py). One server at a time."""
     pair, target, drafter, prompt = trained_case()
-    env = {**env, SAMPLED_DRAFTS_ENV: drafts}
+    # The step record gives the judge each completion's acceptance pattern (law_pattern.py).
+    env = {**env, SAMPLED_DRAFTS_ENV: drafts, **record_env(tmp_path)}
     judge_with = SampledDrafter(drafter) if drafts == "1" else drafter
     with SGLangServer(pair.target, dflash_args(pair, drafter.block_size), env=env) as server:
         first = FIRST_BLOCKS if drafts == "1" else 0  # the omnibus, for sampled drafts' rules
