@@ -50,7 +50,6 @@ from .step.deferred_context import DeferredContext
 from .step.draft_window import draft_window
 from .step.drafting import Drafting
 from .step.hybrid import RecurrentStateCommit
-from .step.plain_forward import decode_off_because
 from .step.step_record import step_record
 from .step.tp_agreement import TpAgreement, draft_scope
 from .step.verifying import ChainRule, PlainRule, SimulatedRule, TreeRule, Verifying
@@ -178,8 +177,7 @@ class DFlashWorker(BaseSpecWorker):
         # The draft runs eager for now (no decode graph); the target's verify graphs are SGLang's,
         # captured before this call: whether a plain step can run SGLang's decode step is known now.
         self._draft_worker.init_cuda_graphs(capture_decode_cuda_graph=False)
-        why = decode_off_because(self.model_runner, self.tree, dp_attention.enabled())
-        self.verify.plain_decodes = why is None
+        why = self.verify.bind_plain_forward(self.tree, dp_attention.enabled())
         logger.info("dflash_sglang: a plain step runs %s", why and f"the verify at width 1 ({why})" or
                     "SGLang's decode forward")  # fmt: skip
 

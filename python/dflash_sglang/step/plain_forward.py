@@ -28,6 +28,7 @@ from sglang.srt.configs.hybrid_arch import mambaish_config
 from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardBatch, ForwardMode
 
 from ..runtime.block import Block
+from ..runtime.spec_info import host_read_bound
 
 
 def decode_off_because(model_runner, tree, dp_attention: bool) -> str | None:
@@ -46,18 +47,13 @@ def decode_off_because(model_runner, tree, dp_attention: bool) -> str | None:
 def decode_forward(target_worker, batch, block: Block):
     """The target's DECODE forward over each request's verified token (block.tokens [bs, 1]),
     hidden states captured; `batch` is left as it came (lengths, mode, state)."""
-    committed = (batch.seq_lens, batch.seq_lens_cpu, batch.seq_lens_sum, batch.orig_seq_lens)
+    committed = (batch.seq_lens, batch.seq_lens_cpu, batch.seq_lens_sum)
     kept = (batch.forward_mode, batch.input_ids, batch.spec_info)
     batch.forward_mode, batch.input_ids, batch.spec_info = ForwardMode.DECODE, block.tokens.flatten(), None
     batch.out_cache_loc = block.cache_loc  # the slot SGLang reserved at each committed length
-    batch.seq_lens = batch.seq_lens + 1  # the KV a decode reads: the committed prefix and the token
-    if batch.seq_lens_cpu is not None:
-        batch.seq_lens_cpu = batch.seq_lens_cpu + 1
-    else:  # overlap: host lengths lag a step; the reserved length bounds the reads
-        batch.seq_lens_cpu = kept[2].nxt_kv_lens_cpu.to(batch.seq_lens.dtype)
-    batch.seq_lens_sum = int(batch.seq_lens_cpu.sum())
-    if batch.orig_seq_lens is not None:
-        batch.orig_seq_lens = batch.orig_seq_lens + 1
+    # The KV a decode reads: the committed prefix and the token (on the host, overlap's bound).
+    batch.seq_lens_cpu = host_read_bound(batch, kept[2], 1).to(batch.seq_lens.dtype)
+    batch.seq_lens, batch.seq_lens_sum = batch.seq_lens + 1, int(batch.seq_lens_cpu.sum())
     try:
         model_runner = target_worker.model_runner
         forward_batch = ForwardBatch.init_new(
@@ -67,6 +63,6 @@ def decode_forward(target_worker, batch, block: Block):
             return_hidden_states_before_norm=False,
         )
     finally:
-        batch.seq_lens, batch.seq_lens_cpu, batch.seq_lens_sum, batch.orig_seq_lens = committed
+        batch.seq_lens, batch.seq_lens_cpu, batch.seq_lens_sum = committed
         batch.forward_mode, batch.input_ids, batch.spec_info = kept
     return target_worker.forward_batch_generation(batch=None, forward_batch=forward_batch, is_verify=True)

@@ -37,7 +37,7 @@ from ..sampling.target_law import draw_every_row, is_greedy
 from ..sampling.verify_logits import adjust_verify_logits, grammar_tree
 from ..tree import verify as tree_verify
 from . import ragged
-from .plain_forward import decode_forward
+from .plain_forward import decode_forward, decode_off_because
 from .tp_agreement import TpAgreement
 
 
@@ -128,7 +128,7 @@ class Verifying:
         self.plain_rule = plain_rule or chain_rule  # a step of width 1
         self.record = record  # step/step_record.py's, where a test asks for one
         # A plain step's forward as SGLang's decode step, where it can stand in (step/plain_forward.py):
-        # decided once the target's graphs exist (the worker's init_cuda_graphs).
+        # decided once the target's graphs exist (`bind_plain_forward`).
         self.plain_decodes = False
 
     def __call__(
@@ -156,9 +156,16 @@ class Verifying:
             return self.tree_rule
         return self.plain_rule if block.plan.width == 1 else self.chain_rule
 
+    def bind_plain_forward(self, tree, dp_attention: bool) -> str | None:
+        """Once the target's graphs are captured: whether a plain step runs SGLang's decode step;
+        why not, where it cannot stand in."""
+        why = decode_off_because(self.target_worker.model_runner, tree, dp_attention)
+        self.plain_decodes = why is None
+        return why
+
     def decodes(self, block: Block) -> bool:
         """Whether this block's forward is SGLang's decode step: a plain step, where it can stand in."""
-        return self.plain_decodes and block.plan.width == 1 and block.tree is None
+        return self.plain_decodes and block.plan.width == 1  # (never on a tree server: decode_off_because)
 
     def plain_forward(self, batch, block: Block):
         """A plain step's one token a request through a DECODE forward (step/plain_forward.py)."""
