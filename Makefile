@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: install system-libs test test-fast lint serve serve-hybrid demo bench bench-adaptive bench-first-burst bench-mixed bench-one-process bench-sampled-drafts bench-sampling-memory bench-step-profile tiny-pair tiny-hybrid-pair seed-hybrid-pair tiny-dflash2 gpu-check soak planted law-power law-power-bugs
+.PHONY: install system-libs test test-fast lint serve serve-hybrid serve-seed demo bench bench-adaptive bench-first-burst bench-mixed bench-one-process bench-sampled-drafts bench-sampling-memory bench-step-profile tiny-pair tiny-hybrid-pair seed-hybrid-pair tiny-dflash2 gpu-check soak planted law-power law-power-bugs
 
 install: system-libs
 	python3 -m venv $(VENV)
@@ -41,6 +41,12 @@ serve:
 # `make demo` against it starts its no-spec server with the same mamba flags (demo.py).
 serve-hybrid:
 	launch/tiny-hybrid-cpu.sh
+
+# The seed-shaped pair (16-layer Qwen3.5-style target, one-layer drafter, block 16: make
+# seed-hybrid-pair). Not `make serve` yet: its drafter saw answers of 128 tokens, and past them
+# (the cards' request runs to 512) its acceptance falls (docs/benchmarks.md, "The demo").
+serve-seed:
+	launch/seed-hybrid-cpu.sh
 
 # The model cards' chat completion against `make serve` (127.0.0.1:30000), then the same request
 # on a no-spec server of the same target that the demo starts and stops (docs/benchmarks.md).
