@@ -31,15 +31,17 @@ EMBEDDED_SEED = EMBEDDED_PAIR.parent / "seed-hybrid-pair"
 class SeedPlan(HybridPlan):
     target_layers: int = 16  # layers 3, 7, 11 and 15 full attention, the rest Gated DeltaNet
     target_epochs: int = 2  # 3 s a step (96 an epoch) on one core; the drafter's steps weigh more
-    # Greedy responses of a tiny target loop to the cap; a 16-layer one decodes each token 6x
-    # slower than the 4-layer one, so the drafter's data stops at 128 new tokens (the held-out
-    # measurement reads 96).
-    regenerate_max_new_tokens: int = 128
+    # Greedy responses of a tiny target loop to the cap, and a drafter falls off past the lengths
+    # it trained on: at 128 new tokens the cards' 512-token demo fell from 15.4 tokens a step over
+    # its first 128 to 2.8 over all 512. So a quarter of the prompts (a 16-layer target decodes 6x
+    # slower than the 4-layer one), answered to 512 tokens, 128 anchors a sequence.
+    regenerate_max_new_tokens: int = 512
+    draft_pairs: int | None = 816
     draft_layers: int = 1
     target_layer_ids: tuple[int, ...] = (1, 4, 7, 10, 13)  # default_target_layer_ids(16, 5)
     block_size: int = 16  # as the seeds ("-b16"); the acceptance bar is measured at it
     train_block_sizes: tuple[int, ...] = (8, 16)
-    anchors: int = 32  # at block 16: 512 block tokens a sequence, as the tiny pairs' 64 at 8
+    anchors: int = 128  # at block 16, over answers of up to 512 tokens
     draft_epochs: int = 8
     draft_eval_every: int = 250  # each evaluation verifies through the 16-layer target
     cache_target_features: bool = True

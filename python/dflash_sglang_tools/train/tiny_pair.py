@@ -90,6 +90,7 @@ class Plan:
     # a target forward every step; worth it for a deep target and a shallow drafter.
     cache_target_features: bool = False
     train_pairs: int | None = None  # None: all of them (smaller for quick trials)
+    draft_pairs: int | None = None  # the first this many of them make the drafter's data (None: all)
     eval_prompts: int = 12  # held-out prompts for the periodic evaluation (all at the end)
     eval_max_new_tokens: int = 96
     seed: int = 0
@@ -177,7 +178,8 @@ def build(
     eval_ids = [prompt_ids(tokenizer, p["instruction"]) for p in held_out]
     drafter_started = time.monotonic()
 
-    prompts = [prompt_ids(tokenizer, text) for p in train_pairs for text in drafter_instructions(p, plan)]
+    asked = train_pairs[: plan.draft_pairs]
+    prompts = [prompt_ids(tokenizer, text) for p in asked for text in drafter_instructions(p, plan)]
     examples = regenerate(target, prompts, plan.regenerate_max_new_tokens, eos, pad)
     regen_done = time.monotonic()
 
