@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: install system-libs test test-fast lint serve serve-hybrid serve-seed demo bench bench-adaptive bench-first-burst bench-mixed bench-one-process bench-sampled-drafts bench-sampling-memory bench-step-profile tiny-pair tiny-hybrid-pair seed-hybrid-pair tiny-dflash2 gpu-check soak planted law-power law-power-bugs
+.PHONY: install system-libs test test-fast lint serve serve-dense serve-hybrid serve-seed demo bench bench-adaptive bench-first-burst bench-mixed bench-one-process bench-sampled-drafts bench-sampling-memory bench-step-profile tiny-pair tiny-hybrid-pair seed-hybrid-pair tiny-dflash2 gpu-check soak planted law-power law-power-bugs
 
 install: system-libs
 	python3 -m venv $(VENV)
@@ -34,7 +34,13 @@ lint:
 	$(PY) -m ruff check python tests
 	$(PY) -m ruff format --check python tests
 
+# The README's main job: the seed-shaped pair (launch/seed-hybrid-cpu.sh: a 16-layer Qwen3.5-style
+# target, a one-layer drafter, block 16; make seed-hybrid-pair). `make serve-dense` serves the
+# dense tiny pair (launch/tiny-cpu.sh), `make serve-hybrid` the 4-layer hybrid one.
 serve:
+	launch/seed-hybrid-cpu.sh
+
+serve-dense:
 	launch/tiny-cpu.sh
 
 # The same with the embedded tiny hybrid pair (Qwen3.5-style target: Gated DeltaNet + attention);
@@ -42,9 +48,7 @@ serve:
 serve-hybrid:
 	launch/tiny-hybrid-cpu.sh
 
-# The seed-shaped pair (16-layer Qwen3.5-style target, one-layer drafter, block 16: make
-# seed-hybrid-pair). Not `make serve` yet: its drafter saw answers of 128 tokens, and past them
-# (the cards' request runs to 512) its acceptance falls (docs/benchmarks.md, "The demo").
+# The same as `make serve`, by the pair's name.
 serve-seed:
 	launch/seed-hybrid-cpu.sh
 

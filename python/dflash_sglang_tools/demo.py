@@ -1,7 +1,7 @@
 """`make demo`: the model cards' chat completion against a running DFLASH server, then the same
 request without speculation, side by side.
 
-    make serve &      # DFLASH on 127.0.0.1:30000 (launch/tiny-cpu.sh)
+    make serve &      # DFLASH on 127.0.0.1:30000 (launch/seed-hybrid-cpu.sh)
     make demo         # python -m dflash_sglang_tools.demo --max-tokens 512
     make demo PROMPT="Write a function that merges two sorted lists."
 
@@ -14,7 +14,7 @@ one slow moment on a shared machine does not decide the ratio.
 Without --baseline-url the demo starts its own no-spec server of the same target: the DFLASH
 server's own launch command (from /server_info) without its --speculative-* flags, on a free port
 from 30001, and stops it afterwards. At temperature 0 both replies must be the same text. A hybrid
-target's (`make serve-hybrid`) mamba flags come with that command; its float32 conv state, an
+target's (`make serve`, `make serve-hybrid`) mamba flags come with that command; its float32 conv state, an
 environment variable, is set for it here (SGLANG_MAMBA_CONV_DTYPE, float32 unless set).
 """
 

@@ -3,7 +3,7 @@ CPU: on its held-out prompts, DFLASH greedy output equals the target's own (a no
 the trained drafter is accepted for well over one token per verify step.
 
 The two servers run one after the other: each fixture collects its outputs and stops its server.
-The DFLASH server starts as the README's `make serve` does, with SGLang's own spawned subprocesses.
+The DFLASH server starts as `make serve-dense` does, with SGLang's own spawned subprocesses.
 """
 
 from __future__ import annotations
