@@ -118,6 +118,14 @@ def test_each_step_accepted_what_the_reference_does_at_the_lengths_it_verified(p
     checked = assert_each_step_accepted_what_the_reference_does(pair, steps, alone + together, BLOCK)
     after_plain = drafted_after_plain(steps)  # the deferral ran: drafts read what plain steps held
     assert checked >= 40 and after_plain >= 5, (checked, after_plain)
+    # A dense target without graphs: every whole-batch plain step ran SGLang's decode forward
+    # (step/plain_forward.py), not the width-1 verify it replaces.
+    plain = [
+        step["target"]
+        for step in steps
+        if step["target"]["layout"] == "whole" and set(step["target"]["lengths"]) == {1}
+    ]
+    assert plain and all(target.get("decode") for target in plain), plain[:3]
 
 
 @pytest.fixture(scope="module")
