@@ -5,6 +5,8 @@ run them all)."""
 
 from __future__ import annotations
 
+import os
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -80,3 +82,36 @@ def test_the_width_survey_still_finds_the_code_it_edits():
     assert len(SURVEY) >= 80
     stale = [name for name, bug in SURVEY.items() if (PACKAGE / bug.file).read_text().count(bug.old) != 1]
     assert not stale, f"update tests/planted/width_survey.py: {stale}"
+
+
+def test_every_closed_survey_miss_names_a_test_that_exists():
+    from tests.planted.width_survey import SURVEY
+    from tests.planted.width_survey_closed import CLOSED
+
+    assert len(CLOSED) == 21 and set(CLOSED) <= set(SURVEY)
+    for name, node in CLOSED.items():
+        path, test = node.split("::")
+        assert f"def {test}(" in (ROOT / path).read_text(), f"{name}: {node} not found"
+
+
+# A sample of the survey's closed misses planted each run, drawn anew from a seed CI prints
+# (WIDTH_SURVEY_SEED replays one).
+SURVEY_SEED = int(os.environ.get("WIDTH_SURVEY_SEED") or random.SystemRandom().randrange(10**6))
+
+
+def test_a_sample_of_the_closed_survey_misses_is_caught(tmp_path):
+    from tests.planted.width_survey import SURVEY
+    from tests.planted.width_survey_closed import CLOSED
+
+    sample = random.Random(SURVEY_SEED).sample(sorted(CLOSED), 4)
+    print(f"WIDTH_SURVEY_SEED={SURVEY_SEED}: {sample}")
+    missed = []
+    for name in sample:
+        root = planted_copy(SURVEY[name], tmp_path / name)
+        command = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", CLOSED[name]]
+        path = os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))
+        env = {**os.environ, "PYTHONPATH": path}
+        result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+        if result.returncode != 1:  # 1: a test failed
+            missed.append(f"{name} (exit {result.returncode}): {result.stdout[-1500:]}")
+    assert not missed, f"WIDTH_SURVEY_SEED={SURVEY_SEED}: " + "; ".join(missed)
