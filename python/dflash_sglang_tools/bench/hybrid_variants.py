@@ -15,7 +15,9 @@ from pathlib import Path
 
 from dflash_sglang.environment import ADAPTIVE_WIDTH, REPLAY_SSM, REQUEST_LENGTHS, WORKER
 
-HYBRID_PAIR_DIR = Path(__file__).resolve().parents[2] / "dflash_sglang" / "assets" / "tiny-hybrid-pair"
+ASSETS = Path(__file__).resolve().parents[2] / "dflash_sglang" / "assets"
+HYBRID_PAIR_DIR = ASSETS / "tiny-hybrid-pair"
+SEED_PAIR_DIR = ASSETS / "seed-hybrid-pair"
 ENV = {"SGLANG_MAMBA_CONV_DTYPE": "float32"}
 ARGS = ("--max-mamba-cache-size", "256", "--mamba-scheduler-strategy", "extra_buffer")
 OVERLAP = {"SGLANG_ENABLE_SPEC_V2": "1"}
@@ -48,4 +50,33 @@ def variants(variant_class) -> list:
         make("tree k4 n16", True, PER_POSITION, "our overlap worker, a tree of 16 nodes (a state per node)",
              16, TREE),
         make("tree ring k4 n16", True, RING, "the same tree through the ring (a record per node)", 16, TREE),
+    ]  # fmt: skip
+
+
+# `make serve`'s flags (launch/tiny-hybrid-cpu.sh): 64 mamba slots, SGLang's synchronous loop with the
+# no_buffer radix cache; `make demo` starts its no-spec server with the same.
+SERVE_ARGS = ("--max-mamba-cache-size", "64", "--mamba-radix-cache-strategy", "no_buffer",
+              "--disable-overlap-schedule")  # fmt: skip
+OVERLAP_ARGS = ("--max-mamba-cache-size", "64", "--mamba-scheduler-strategy", "extra_buffer")
+
+
+def seed_variants(variant_class) -> list:
+    """Issue 67's run on the seed-shaped pair (assets/seed-hybrid-pair, block 16): no speculation
+    and ours as `make serve` launches them, then the same under the cards' SGLANG_ENABLE_SPEC_V2=1
+    (the overlap schedule, extra_buffer), and SGLang's built-in under that flag."""
+
+    def make(label, speculative, env, notes, args):
+        return variant_class(label, speculative, {**ENV, **env}, notes, 16 if speculative else None, args)
+
+    return [
+        make("no-spec", False, {}, "plain decoding with make serve's flags (the baseline, as make demo)",
+             SERVE_ARGS),
+        make("ours (make serve)", True, {}, "our worker as make serve launches it: SGLang's synchronous "
+             "loop, block 16, the defaults", SERVE_ARGS),
+        make("no-spec, overlap schedule", False, {},
+             "plain decoding, SGLang's overlap schedule, extra_buffer", OVERLAP_ARGS),
+        make("ours (SGLANG_ENABLE_SPEC_V2=1)", True, OVERLAP, "our overlap worker, the cards' flag, "
+             "extra_buffer, block 16", OVERLAP_ARGS),
+        make("sglang built-in", True, {**OVERLAP, WORKER.name: "builtin"},
+             "DFLASH_SGLANG_WORKER=builtin, SGLANG_ENABLE_SPEC_V2=1, extra_buffer, block 16", OVERLAP_ARGS),
     ]  # fmt: skip

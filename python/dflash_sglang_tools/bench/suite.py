@@ -205,6 +205,7 @@ NEVER_FITS_VARIANTS = [
 # Output name -> its variants (the first is the baseline) and its markers in docs/benchmarks.md.
 RUNS = {"tiny-cpu": VARIANTS, "tiny-cpu-tp2": TP2_VARIANTS, "tiny-cpu-tree": TREE_VARIANTS,
         "tiny-cpu-hybrid-tree": HYBRID_TREE_VARIANTS, "tiny-cpu-hybrid": hybrid_variants.variants(Variant),
+        "tiny-cpu-seed-hybrid": hybrid_variants.seed_variants(Variant),
         "tiny-cpu-t0.6": SAMPLED_VARIANTS, "tiny-cpu-t1.0": SAMPLED_VARIANTS,
         "tiny-cpu-t1.0-whole": WHOLE_BLOCK_SAMPLED_VARIANTS,
         "tiny-cpu-dflash2-t0.6": DFLASH2_VARIANTS, "tiny-cpu-dflash2-t1.0": DFLASH2_VARIANTS,
@@ -216,12 +217,15 @@ TEMPERATURE = {"tiny-cpu-t0.6": 0.6, "tiny-cpu-t1.0": 1.0, "tiny-cpu-t1.0-whole"
 MARKERS = {
     "tiny-cpu": "make bench", "tiny-cpu-tp2": "make bench tp2", "tiny-cpu-tree": "make bench tree",
     "tiny-cpu-hybrid-tree": "make bench hybrid tree", "tiny-cpu-hybrid": "make bench hybrid",
+    "tiny-cpu-seed-hybrid": "make bench seed hybrid",
     "tiny-cpu-t0.6": "make bench t0.6", "tiny-cpu-t1.0": "make bench t1.0",
     "tiny-cpu-t1.0-whole": "make bench t1.0 whole blocks",
     "tiny-cpu-dflash2-t0.6": "make bench dflash2 t0.6", "tiny-cpu-dflash2-t1.0": "make bench dflash2 t1.0",
     "tiny-cpu-never-fits-t0.8": "make bench never fits t0.8",
     "adaptive-cpu": "make bench adaptive", "adaptive-cpu-simulated": "make bench adaptive simulated",
 }  # fmt: skip
+SEED_OR_HYBRID = {"tiny-cpu-hybrid": hybrid_variants.HYBRID_PAIR_DIR,
+                  "tiny-cpu-seed-hybrid": hybrid_variants.SEED_PAIR_DIR}  # fmt: skip
 
 
 def hybrid_pair() -> Path:
@@ -356,8 +360,8 @@ def main(argv=None) -> int:
             if name == "tiny-cpu-never-fits-t0.8":
                 run_pair = never_fitting_pair(pair)
                 run_dataset = f"tiny: {describe_tiny(pair)}; its target, a drafter of random weights"
-            if name == "tiny-cpu-hybrid":
-                run_pair = hybrid_variants.HYBRID_PAIR_DIR
+            if name in ("tiny-cpu-hybrid", "tiny-cpu-seed-hybrid"):
+                run_pair = SEED_OR_HYBRID[name]
                 run_prompts = take(load_prompts("tiny", pair_dir=run_pair), args.num_prompts)
                 run_dataset = f"tiny: {describe_tiny(run_pair)}; the trained hybrid pair {run_pair.name}"
             sampling = Sampling(args.max_tokens, TEMPERATURE.get(name, 0.0))
