@@ -32,7 +32,7 @@ PLAIN = [(1, 0.010), (4, 0.030), (8, 0.050)]  # plain steps by batch size, secon
 TOKENS = [(8, 0.012), (64, 0.060)]  # drafted steps by verify tokens
 
 
-def test_the_plain_floor_is_the_plain_step_of_the_largest_batch_timed_not_above():
+def test_the_plain_floor_is_the_largest_batch_timed_not_above():
     """A step never costs less for more requests: at batch 6 the floor is batch 4's plain step
     (plus the host's gap), not batch 1's."""
     cost = StepCost(TOKENS, plain_points=PLAIN, between_steps=0.002)

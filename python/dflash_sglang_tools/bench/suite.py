@@ -360,7 +360,7 @@ def main(argv=None) -> int:
             if name == "tiny-cpu-never-fits-t0.8":
                 run_pair = never_fitting_pair(pair)
                 run_dataset = f"tiny: {describe_tiny(pair)}; its target, a drafter of random weights"
-            if name in ("tiny-cpu-hybrid", "tiny-cpu-seed-hybrid"):
+            if name in SEED_OR_HYBRID:
                 run_pair = SEED_OR_HYBRID[name]
                 run_prompts = take(load_prompts("tiny", pair_dir=run_pair), args.num_prompts)
                 run_dataset = f"tiny: {describe_tiny(run_pair)}; the trained hybrid pair {run_pair.name}"
