@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: install system-libs test test-fast lint serve serve-dense serve-hybrid serve-seed demo bench bench-adaptive bench-first-burst bench-mixed bench-one-process bench-sampled-drafts bench-sampling-memory bench-step-profile tiny-pair tiny-hybrid-pair seed-hybrid-pair tiny-dflash2 gpu-check soak planted law-power law-power-bugs
+.PHONY: install system-libs test test-fast lint serve serve-dense serve-hybrid serve-seed demo bench bench-adaptive bench-first-burst bench-mixed bench-one-process bench-sampled-drafts bench-sampling-memory bench-step-profile bench-plain-step tiny-pair tiny-hybrid-pair seed-hybrid-pair tiny-dflash2 gpu-check soak planted law-power law-power-bugs
 
 install: system-libs
 	python3 -m venv $(VENV)
@@ -115,6 +115,12 @@ PROFILE_ARGS ?=
 bench-step-profile:
 	$(PY) -m pip install -q "py-spy>=0.4"
 	$(PY) -m dflash_sglang_tools.bench.step_profile $(PROFILE_ARGS)
+
+# A plain step's CPU per 100 tokens against no-spec's decode step, by phase, 3 repeats of fresh
+# servers (docs/benchmarks.md, "A plain step against no-spec's"; issue 64's bar), no profiler.
+PLAIN_STEP_ARGS ?=
+bench-plain-step:
+	$(PY) -m dflash_sglang_tools.bench.plain_step_cpu $(PLAIN_STEP_ARGS)
 
 # Retrains the embedded tiny pair (target, drafter, held-out prompts, measured acceptance) from
 # the standard library's source: deterministic on one machine (one thread), about half an hour on

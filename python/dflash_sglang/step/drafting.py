@@ -28,6 +28,11 @@ from .tp_agreement import TpAgreement
 from .tree_drafting import TreeBlocks
 
 
+def host_lengths(batch, state) -> torch.Tensor:
+    """The committed lengths on the host (overlap's host lengths lag a step: the reserved ones)."""
+    return batch.seq_lens_cpu if batch.seq_lens_cpu is not None else state.nxt_kv_lens_cpu
+
+
 def blocks_for(model_runner, draft_runner, draft_model, head: TargetHead, tp: TpAgreement, tree, draft_vocab,
                sampled: bool):  # fmt: skip
     """The drafter's kind, once at startup: a tree's block (`tree`: its settings), or a chain's by
@@ -70,22 +75,33 @@ class Drafting:
         """Draft the whole block (nothing at width 1); the verify takes the first `plan.width`
         positions (or each request its own length: then, with the partial drafter, only the
         requests verifying drafts are drafted, `plan.drafted`)."""
-        bs, seq_lens = len(batch.seq_lens), batch.seq_lens
-        size = self.block_size if plan.width > 1 or self.window is not None else 1
-        positions = seq_lens.unsqueeze(1) + self.block_offsets[:size]  # [bs, size]
+        if plan.width == 1 and self.window is None:
+            return self.plain_block(batch, state)
+        bs, seq_lens, size = len(batch.seq_lens), batch.seq_lens, self.block_size
+        positions = seq_lens.unsqueeze(1) + self.block_offsets  # [bs, B]
         req_to_token = self.model_runner.req_to_token_pool.req_to_token
         cache_loc = req_to_token[batch.req_pool_indices.unsqueeze(1), positions].flatten()
         block_ids = torch.full((bs, size), self.mask_token_id, dtype=torch.int64, device=self.device)
         block_ids[:, 0] = state.bonus_tokens
-        host_lens = batch.seq_lens_cpu if batch.seq_lens_cpu is not None else state.nxt_kv_lens_cpu
+        host_lens = host_lengths(batch, state)
         kv_plan = block_kv_plan(self.model_runner.kv_index_translator, batch, host_lens, cache_loc, size)
-        if size == 1:  # a plain step: the verified token alone, its features injected at its slot
-            draft_loc = draft_slots(kv_plan, self.draft_runner.kv_index_translator, bs, size)
-            return Block(block_ids, positions.flatten(), cache_loc, kv_plan, draft_loc)
         drafted = None if plan.drafted is None else list(plan.drafted)  # (a list indexes rows)
         hidden, draft_loc = self.run_drafter(batch, state, block_ids, positions, cache_loc, kv_plan, drafted)
         block = Block(block_ids, positions.flatten(), cache_loc, kv_plan, draft_loc)  # draft_loc: the ring's
         return self.blocks(batch, plan, state.bonus_tokens, block, hidden, host_lens)
+
+    def plain_block(self, batch, state) -> Block:
+        """A plain step's block (width 1 for the whole batch): the verified token alone at each
+        committed length, its features injected at its slot; no drafter forward, and in as few
+        ops as the block allows (a plain step should cost SGLang's decode step, issue 64)."""
+        bs, seq_lens = len(batch.seq_lens), batch.seq_lens
+        positions = seq_lens.to(torch.int64, copy=True)  # held by the deferred context: not a view
+        cache_loc = self.model_runner.req_to_token_pool.req_to_token[batch.req_pool_indices, seq_lens]
+        translator = self.model_runner.kv_index_translator
+        kv_plan = block_kv_plan(translator, batch, host_lengths(batch, state), cache_loc, 1)
+        draft_loc = draft_slots(kv_plan, self.draft_runner.kv_index_translator, bs, 1)
+        tokens = state.bonus_tokens.to(torch.int64, copy=True).view(bs, 1)
+        return Block(tokens, positions, cache_loc, kv_plan, draft_loc)
 
     def run_drafter(self, batch, state, block_ids, positions, cache_loc, kv_plan, drafted=None):
         """One drafter forward over [verified token, mask x (B-1)], non-causal over the injected

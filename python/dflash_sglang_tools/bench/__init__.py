@@ -23,4 +23,7 @@ sampling_memory.py  `make bench-sampling-memory`: one sampled verify's memory at
 sampled_verify_time.py  one T > 0 verify step's CPU time per path and its drafter LM-head calls
 verify_memory.py  the T > 0 verify's peak extra memory on CPU (torch's profiler), chunked or not
 step_profile.py  `make bench-step-profile`: a decode step's time by phase, ours against the built-in
+plain_step_cpu.py  `make bench-plain-step`: a plain step's CPU per token against no-spec's, by phase,
+                 with repeats (issue 64's bar)
+phase_clock.py   the CPU clock a server's processes run for it: thread CPU time by phase, no profiler
 """
