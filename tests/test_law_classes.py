@@ -1,7 +1,8 @@
 """The law judge's power against classes of bugs, kept honest in CI (issue 66): instances drawn
 anew each run, from a seed the run prints, planted into the package's own verify and decoded
-engine-free on the toy pair (tests/planted/), must fail the chain's law test as a server's would
-(law_matrix.judge, with the acceptance pattern), and the verify unplanted must pass it.
+engine-free on the toy pair (tests/planted/), must fail the path's law test as a server's would
+(law_matrix.judge, with the acceptance pattern): the chain's three paths, and a tree's (its node
+draws, its rows' laws, its bonus); and the verify unplanted must pass it on every path.
 
     LAW_CLASSES_SEED=1234 pytest tests/test_law_classes.py     # a failed run, again
 
@@ -21,6 +22,7 @@ import torch
 from tests.planted.bug_classes import CLASSES, POWERED, draw
 from tests.planted.class_power import law_test, planted_law_test
 from tests.planted.decode import PATHS
+from tests.planted.plants import NodeDrawTorch
 from tests.planted.toy_pair import toy_case
 from tests.server.law_matrix import PASS
 
@@ -65,3 +67,17 @@ def test_an_instance_of_each_class_fails_the_law_test_on_each_path(bug_class, to
         else:
             missed.append(f"{path}: {instance.what}, p {ps}")
     assert not missed, f"missed (LAW_CLASSES_SEED={SEED}): " + "; ".join(missed)
+
+
+def test_a_trees_node_draws_by_their_quantiles_follow_each_nodes_law():
+    """plants.NodeDrawTorch, unplanted (the identity on its uniforms), draws each node from its own
+    law: the coin classes on a tree change the draws' dependence, never a node's law by itself."""
+    torch.manual_seed(SEED)
+    probs = torch.softmax(torch.randn(2 * 4, 6, dtype=torch.float64) * 2, -1)  # two requests, 4 nodes
+    draws = NodeDrawTorch(lambda u, generator: u, nodes=4)
+    counts = torch.zeros_like(probs)
+    for _ in range(4000):
+        counts.scatter_add_(1, draws.multinomial(probs, 1), torch.ones(probs.shape[0], 1, dtype=probs.dtype))
+    expected = probs * 4000
+    chi2 = ((counts - expected) ** 2 / expected.clamp_min(1e-9)).sum()
+    assert chi2 < 120, f"chi2 {chi2:.1f} on 40 degrees of freedom (LAW_CLASSES_SEED={SEED})"  # p about 1e-9

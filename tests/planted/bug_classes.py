@@ -5,7 +5,8 @@ those can miss their neighbours (docs/reliability.md: a coin shared by a block's
 not drawn from the q the verify is told, a residual off after a rejection). Here each class draws
 an instance from a seed: a variant and its parameters, planted for the duration of a `with` by
 replacing, in its module, a function the verify calls (plants.py: built from that very function),
-so decode.py runs the product's verify with one thing wrong. The classes (issue 66):
+so decode.py runs the product's verify with one thing wrong. The classes (issue 66), on a chain
+(and on a tree, whose draws are the target's alone: its coins, p rows and bonus):
 
     coins       the acceptance coins correlated across a block's positions, requests, or steps
     draft law   the drafts drawn from another law than the q reported to the verify
@@ -28,11 +29,14 @@ import random
 from collections.abc import Callable
 from unittest import mock
 
-from dflash_sglang.sampling import penalties, sampled_drafts, sampled_verify
+from dflash_sglang.sampling import penalties, sampled_drafts, sampled_verify, target_law
+from dflash_sglang.tree import verify as tree_verify
 
 from . import plants
+from .decode import TREE_NODES
 
-MODULES = {"drafts": sampled_drafts, "verify": sampled_verify, "penalties": penalties}
+MODULES = {"drafts": sampled_drafts, "verify": sampled_verify, "penalties": penalties,
+           "target_law": target_law, "tree": tree_verify}  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,6 +95,10 @@ def coins(rng: random.Random, how: str, path: str, block: int) -> Instance:
         keep = rng.uniform(0.5, 1.0)
         what = f"a batch row's coins kept from its last step with probability {keep:.2f}"
         make = lambda: plants.coins_across_steps(keep)  # noqa: E731
+    if path == "tree":  # the uniforms of the target's draws at the nodes, not acceptance coins
+        what = what.replace("a block's coins", "a request's node draws").replace("coins", "node draws")
+        draws = lambda: plants.NodeDrawTorch(make().transform, TREE_NODES)  # noqa: E731
+        return one("coins", how, what, "target_law", "torch", draws)
     return one("coins", how, what, "verify", "torch", make)
 
 
@@ -109,18 +117,23 @@ def draft_law(rng: random.Random, how: str, path: str, block: int) -> Instance:
 
 
 def p_rows(rng: random.Random, how: str, path: str, block: int) -> Instance:
-    rows = some_positions(rng, block)
+    tree = path == "tree"  # its rows are nodes (0: the root)
+    rows, where = some_positions(rng, TREE_NODES if tree else block), "tree nodes" if tree else "block rows"
     if how == "penalty":
         factor = rng.choice([0.0, rng.uniform(0.7, 0.3), rng.uniform(1.5, 2.5)])
-        what = f"the frequency penalty x {factor:.2f} at block rows {rows}"
+        what = f"the frequency penalty x {factor:.2f} at {where} {rows}"
+        if tree:
+            return one("p rows", how, what, "penalties", "apply_tree_penalties",
+                       lambda: plants.tree_penalty_otherwise(rows, factor))  # fmt: skip
         return one("p rows", how, what, "penalties", "apply_block_penalties",
                    lambda: plants.penalty_otherwise(rows, factor))  # fmt: skip
     value = {"temperature": away(rng, 1.1, 1.5), "top_p": rng.uniform(-0.1, -0.3), "min_p": rng.uniform(2, 4)}
     value = value.get(how, 0.0)
     words = {"temperature": f"at {value:.2f} x T", "top_p": f"top_p {value:+.2f}",
              "min_p": f"min_p x {value:.2f}", "no filter": "unfiltered"}[how]  # fmt: skip
-    what = f"the target's law {words} at block rows {rows}"
-    return one("p rows", how, what, "verify", "row_laws", lambda: plants.rows_law_otherwise(rows, how, value))
+    what = f"the target's law {words} at {where} {rows}"
+    module = "target_law" if tree else "verify"  # draw_every_row's row_laws, or the verify's
+    return one("p rows", how, what, module, "row_laws", lambda: plants.rows_law_otherwise(rows, how, value))
 
 
 def residual(rng: random.Random, how: str, path: str, block: int) -> Instance:
@@ -139,6 +152,9 @@ def residual(rng: random.Random, how: str, path: str, block: int) -> Instance:
 
 def bonus(rng: random.Random, how: str, path: str, block: int) -> Instance:
     value = rng.uniform(0.3, 1.0) if how == "row" else away(rng, 1.25, 2.0)
+    if path == "tree":
+        what = f"the bonus, in {value:.2f} of the steps that accept a draft, the root's draw"
+        return one("bonus", how, what, "tree", "follow_batch", lambda: plants.tree_bonus_from_the_root(value))
     name, made = plants.bonus_otherwise(how, value, path == "point")
     words = {"row": f"mixed {value:.2f} with the last draft's row", "power": f"at the power {value:.2f}",
              "residual": "from the residual of the last q"}[how]  # fmt: skip
@@ -162,16 +178,17 @@ CLASSES = {
     "bonus": bonus,
     "acceptance": acceptance,
 }
-POINT, SAMPLED, BLOCK = ("point",), ("sampled",), ("block",)
-ALL, DRAWN = POINT + SAMPLED + BLOCK, SAMPLED + BLOCK
+POINT, SAMPLED, BLOCK, TREE = ("point",), ("sampled",), ("block",), ("tree",)
+ALL, DRAWN = POINT + SAMPLED + BLOCK, SAMPLED + BLOCK  # the chain's paths
 # Each class's variants and the paths they apply to (point drafts have no draft law to get wrong,
-# their residual has no q to scale or misplace; the prefix weight is block verification's).
+# their residual has no q to scale or misplace; the prefix weight is block verification's; a tree
+# has draws at its nodes, not coins, and its bonus is the draw at the last accepted node).
 VARIANTS = {
-    "coins": {"block": ALL, "requests": ALL, "steps": ALL},
+    "coins": {"block": ALL + TREE, "requests": ALL + TREE, "steps": ALL + TREE},
     "draft law": {"temperature": DRAWN, "argmax": DRAWN, "unfiltered": DRAWN, "shifted": DRAWN},
-    "p rows": {"temperature": ALL, "top_p": ALL, "min_p": ALL, "no filter": ALL, "penalty": ALL},
+    "p rows": {how: ALL + TREE for how in ("temperature", "top_p", "min_p", "no filter", "penalty")},
     "residual": {"q scaled": DRAWN, "p mixed": ALL, "p power": ALL, "q position": DRAWN, "no weight": BLOCK},
-    "bonus": {"row": ALL, "power": ALL, "residual": DRAWN},
+    "bonus": {"row": ALL + TREE, "power": ALL, "residual": DRAWN},
     "acceptance": {"power": ALL, "scale": ALL},
 }
 
@@ -180,14 +197,14 @@ VARIANTS = {
 # instance failed the chain's law test in every run of `make law-power` (docs/reliability.md has
 # every variant, these and the rest, and what the rest would cost).
 POWERED = {
-    "coins": {"point": ["block", "requests", "steps"], "sampled": ["requests"]},
+    "coins": {"point": ["block", "requests", "steps"], "sampled": ["requests"], "tree": ["requests"]},
     "draft law": {path: ["temperature", "argmax", "shifted"] for path in DRAWN},
-    "p rows": {path: ["temperature", "top_p", "min_p", "no filter"] for path in ALL},
+    "p rows": {path: ["temperature", "top_p", "min_p", "no filter"] for path in ALL + TREE},
     "residual": {
         "point": ["p mixed", "p power"],
         **{path: ["q scaled", "p mixed", "p power", "q position"] for path in DRAWN},
     },
-    "bonus": {path: ["row"] for path in ALL},
+    "bonus": {path: ["row"] for path in ALL + TREE},
     "acceptance": {path: ["power", "scale"] for path in ALL},
 }
 

@@ -43,7 +43,15 @@ def case(name: str):
 def law_test(target, drafter, prompt, path: str, generator, settings=SETTINGS, stop: bool = True) -> dict:
     """One run of the path's law test, decoded engine-free: {setting: p}; `stop`: at the first
     setting that fails (the test has failed)."""
-    judged = drafter if path == "point" else SampledDrafter(drafter, block_verified=path == "block")
+    # The judge sees point drafts (read back), a sampled chain's q, and nothing of a tree's drafts
+    # (a tree server's test: its draws are the target's alone, tree/verify.py).
+    judged = (
+        None
+        if path == "tree"
+        else drafter
+        if path == "point"
+        else SampledDrafter(drafter, block_verified=path == "block")
+    )
     out = {}
     for name in settings:
         setting = SETTINGS[name]

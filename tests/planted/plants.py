@@ -246,3 +246,57 @@ def rejected_q_otherwise(offset: int):
         return q_at
 
     return planted
+
+
+# ---- trees: the target's draw at every node (target_law.draw_every_row) and the walk -------------
+
+
+class NodeDrawTorch(types.SimpleNamespace):
+    """torch, but `multinomial(probs, 1)` (draw_every_row's one draw a node) by the inverse CDF of
+    uniforms [bs, nodes] passed through `transform(u, generator)`: a coin class on a tree's draws.
+    Exact with the identity: each row's token is its law's quantile at an independent uniform."""
+
+    def __init__(self, transform, nodes: int):
+        super().__init__(transform=transform, nodes=nodes)
+
+    def __getattr__(self, name):
+        return getattr(torch, name)
+
+    def multinomial(self, probs, num_samples, *args, **kwargs):
+        rows = probs.shape[0]
+        u = torch.rand(rows, dtype=torch.float64)
+        if rows % self.nodes == 0:  # one chunk a batch here (the toy's vocabulary is small)
+            u = self.transform(u.view(-1, self.nodes), None).reshape(rows)
+        cdf = probs.double().cumsum(-1)
+        tokens = torch.searchsorted(cdf, (u * cdf[:, -1]).unsqueeze(-1)).clamp_max(probs.shape[-1] - 1)
+        return tokens.view(rows, num_samples)
+
+
+def tree_penalty_otherwise(nodes: list[int], factor: float):
+    """apply_tree_penalties with the penalty at the tree's nodes `nodes` times `factor`."""
+    from dflash_sglang.sampling import penalties
+
+    apply = penalties.apply_tree_penalties
+
+    def planted(logits, tree, counts, lengths, params):
+        before = logits.clone()
+        apply(logits, tree, counts, lengths, params)
+        at = torch.tensor(nodes)
+        logits[:, at] = before[:, at] + factor * (logits[:, at] - before[:, at])
+
+    return planted
+
+
+def tree_bonus_from_the_root(share: float):
+    """follow_batch whose bonus, in a share `share` of the requests that accepted a draft, is the
+    root's draw (the target's token after the sequence, not after the accepted path)."""
+    from dflash_sglang.tree import verify as tree_verify
+
+    follow = tree_verify.follow_batch
+
+    def planted(tree, predictions):
+        walk = follow(tree, predictions)
+        wrong = (walk.last > 0) & (torch.rand(walk.last.shape) < share)
+        return walk._replace(bonus=torch.where(wrong, predictions[:, 0], walk.bonus))
+
+    return planted

@@ -101,9 +101,11 @@ def draw(drafter, target, ids, hidden, seqs, info, generator):
     return draw_drafts(logits, lambda x: x, info, logits.shape[-1], generator=generator)
 
 
-def penalise(rows: torch.Tensor, block: torch.Tensor, generated: list[list[int]], params: dict) -> None:
-    """The frequency penalty at every block position, as the worker's ledger applies it (read from
-    its module at call time, so a plant in bug_classes.py reaches it)."""
+def penalise(
+    rows: torch.Tensor, block: torch.Tensor, generated: list[list[int]], params: dict, tree=None
+) -> None:
+    """The frequency penalty at every block position (or a tree's node, `tree`), as the worker's
+    ledger applies it (read from its module at call time, so a plant in bug_classes.py reaches it)."""
     penalty = params.get("frequency_penalty", 0.0)
     if not penalty:
         return
@@ -112,6 +114,8 @@ def penalise(rows: torch.Tensor, block: torch.Tensor, generated: list[list[int]]
         counts[r].index_add_(0, torch.tensor(tokens), torch.ones(len(tokens)))
     lengths = torch.tensor([len(tokens) for tokens in generated])
     frequency = torch.full((rows.shape[0],), float(penalty))
-    penalties.apply_block_penalties(
-        rows, block, counts, lengths, penalties.PenaltyParams(frequency, None, None, None, None)
-    )
+    params = penalties.PenaltyParams(frequency, None, None, None, None)
+    if tree is not None:
+        penalties.apply_tree_penalties(rows, tree, counts, lengths, params)
+    else:
+        penalties.apply_block_penalties(rows, block, counts, lengths, params)

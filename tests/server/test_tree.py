@@ -32,6 +32,7 @@ from .conftest import OVERLAP_CHECKED, PLAIN
 from .law_case import COMPLETIONS, trained_case
 from .law_matrix import assert_every_setting_follows_the_law
 from .pairs import chat_prompts, load, word_prompts
+from .step_records import record_env
 from .test_request_features import SCHEMA
 from .test_worker_startup import assert_startup_fails_naming
 
@@ -206,11 +207,14 @@ def test_logprobs_equal_nospec(tree_server, nospec8, prompt_ids):
         assert all(abs(a[0] - b[0]) < 1e-3 for a, b in zip(flat(g), flat(w), strict=True))
 
 
-def test_the_sampled_law_of_a_tree_on_the_trained_pair():
+def test_the_sampled_law_of_a_tree_on_the_trained_pair(tmp_path):
     """law_case.py's trained pair and prompt, a 16-node tree (K 4) under the overlap worker: the
     law with the power of docs/reliability.md (the tree's target-only walk has no drafts' mass
-    to judge, so the likelihood ratios here look at the laws themselves)."""
+    to judge, so the likelihood ratios here look at the laws themselves), and the joint law given
+    where each token sat in its step, read from the server's step record (law_pattern.py: the
+    judge whose power against a tree's classes of bugs tests/test_law_classes.py keeps)."""
     pair, target, _, prompt = trained_case()
-    with SGLangServer(pair.target, tree_args(pair, 4, 16), env=OVERLAP_CHECKED) as server:
+    env = {**OVERLAP_CHECKED, **record_env(tmp_path)}
+    with SGLangServer(pair.target, tree_args(pair, 4, 16), env=env) as server:
         path = "tree 16 nodes, overlap worker, trained pair"
         assert_every_setting_follows_the_law(path, server, target, [prompt], n=COMPLETIONS)
