@@ -10,6 +10,7 @@ The policy's models (engine-free but for step_times.py's CUDA events):
     step_times.py           the step times behind the cost model, as steps finish
     ranking.py              the widths ranked by expected committed tokens per second
     request_lengths.py      per-request lengths: each request's own width, one ragged verify
+    plain_hold.py           a ranking that chose plain decoding, held a few steps (its cost)
 The operator's side:
     signal.py               what the width tells an operator (log line, metrics)
     runtime_switch.py       the policy switched on a running server (`/set_internal_state`)

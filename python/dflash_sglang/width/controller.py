@@ -40,6 +40,7 @@ from ..runtime import dp_attention
 from ..runtime.step_plan import StepPlan
 from ..tree.budgets import tree_widths
 from .acceptance_profiles import RequestAcceptance, TreeAcceptance, pool_forget
+from .plain_hold import PlainHold
 from .ranking import plain_could_win, ranked_widths, worth_a_look
 from .request_lengths import (
     LENGTHS_ENV,
@@ -168,6 +169,7 @@ class VerifyWidth:
         self.ragged_off_because = ragged_off_because
         self.partial_drafter = partial_drafter
         self.last_view = None  # (batch size, the ranked estimates) of the latest adaptive choice
+        self.plain_hold = PlainHold()  # a ranking that chose plain decoding, held a few steps
         self.ledger = PolicyLedger()  # the policy switched at runtime (width/runtime_switch.py)
 
     @property
@@ -262,9 +264,10 @@ class VerifyWidth:
 
     def adaptive_choice(self, batch) -> tuple[int, RequestLengths | None]:
         profiles = self.acceptance.profiles(batch.reqs)
-        curve = self.times.curve()
         batch_size, lengths = len(batch.reqs), None
-        if curve is None:  # time the whole block, half of it and plain decoding first
+        if self.plain_hold.holds(batch.reqs, self.steps, self.next_explore):
+            width, curve = 1, None  # plain ranked first for these requests a few steps ago
+        elif (curve := self.times.curve()) is None:  # time the whole block, half of it and plain first
             width = self.times.unmeasured_width(batch_size, self.candidates) or self.widest
         else:
             ranked = ranked_widths(profiles, curve, self.candidates)
@@ -289,6 +292,10 @@ class VerifyWidth:
                     if self.trees
                     else request_lengths(profiles, curve, self.widest, partial_drafter=self.partial_drafter)
                 )
+            if ranked[0].width == width == 1 and (lengths is None or lengths.width == 1):
+                self.plain_hold.hold(batch.reqs, self.steps)
+            else:
+                self.plain_hold.release()
         if self.tp_group is not None and self.tp_group.world_size > 1:
             # rank 0's timings decide for all
             width, lengths = self.tp_group.broadcast_object((width, lengths))
