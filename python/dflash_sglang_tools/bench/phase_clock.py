@@ -26,7 +26,7 @@ import threading
 import time
 from pathlib import Path
 
-ENV = "DFLASH_SGLANG_PHASE_CLOCK"  # the dump files' prefix
+ENV = "DFLASH_PHASE_CLOCK"  # the dump files' prefix: the tool's own, not a server switch
 DUMP_EVERY = 1.0  # seconds
 # (module, class, method): what a decode step calls once, on every server, or on ours.
 PHASES = [
