@@ -122,11 +122,10 @@ def p_rows(rng: random.Random, how: str, path: str, block: int) -> Instance:
     if how == "penalty":
         factor = rng.choice([0.0, rng.uniform(0.7, 0.3), rng.uniform(1.5, 2.5)])
         what = f"the frequency penalty x {factor:.2f} at {where} {rows}"
-        if tree:
-            return one("p rows", how, what, "penalties", "apply_tree_penalties",
-                       lambda: plants.tree_penalty_otherwise(rows, factor))  # fmt: skip
-        return one("p rows", how, what, "penalties", "apply_block_penalties",
-                   lambda: plants.penalty_otherwise(rows, factor))  # fmt: skip
+        name = "apply_tree_penalties" if tree else "apply_block_penalties"
+        return one(
+            "p rows", how, what, "penalties", name, lambda: plants.penalty_otherwise(rows, factor, name)
+        )
     value = {"temperature": away(rng, 1.1, 1.5), "top_p": rng.uniform(-0.1, -0.3), "min_p": rng.uniform(2, 4)}
     value = value.get(how, 0.0)
     words = {"temperature": f"at {value:.2f} x T", "top_p": f"top_p {value:+.2f}",

@@ -138,15 +138,16 @@ def rows_law_otherwise(positions: list[int], how: str, value: float):
     return planted
 
 
-def penalty_otherwise(positions: list[int], factor: float):
-    """apply_block_penalties with the penalty at the block positions `positions` times `factor`."""
+def penalty_otherwise(positions: list[int], factor: float, name: str = "apply_block_penalties"):
+    """apply_block_penalties (or a tree's apply_tree_penalties, `name`) with the penalty at the
+    block positions (the tree's nodes) `positions` times `factor`."""
     from dflash_sglang.sampling import penalties
 
-    apply = penalties.apply_block_penalties
+    apply = getattr(penalties, name)
 
-    def planted(logits, block, counts, lengths, params):
+    def planted(logits, block_or_tree, counts, lengths, params):
         before = logits.clone()
-        apply(logits, block, counts, lengths, params)
+        apply(logits, block_or_tree, counts, lengths, params)
         at = torch.tensor(positions)
         logits[:, at] = before[:, at] + factor * (logits[:, at] - before[:, at])
 
@@ -270,21 +271,6 @@ class NodeDrawTorch(types.SimpleNamespace):
         cdf = probs.double().cumsum(-1)
         tokens = torch.searchsorted(cdf, (u * cdf[:, -1]).unsqueeze(-1)).clamp_max(probs.shape[-1] - 1)
         return tokens.view(rows, num_samples)
-
-
-def tree_penalty_otherwise(nodes: list[int], factor: float):
-    """apply_tree_penalties with the penalty at the tree's nodes `nodes` times `factor`."""
-    from dflash_sglang.sampling import penalties
-
-    apply = penalties.apply_tree_penalties
-
-    def planted(logits, tree, counts, lengths, params):
-        before = logits.clone()
-        apply(logits, tree, counts, lengths, params)
-        at = torch.tensor(nodes)
-        logits[:, at] = before[:, at] + factor * (logits[:, at] - before[:, at])
-
-    return planted
 
 
 def tree_bonus_from_the_root(share: float):
