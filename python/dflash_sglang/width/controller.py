@@ -266,7 +266,7 @@ class VerifyWidth:
         profiles = self.acceptance.profiles(batch.reqs)
         batch_size, lengths = len(batch.reqs), None
         if self.plain_hold.holds(batch.reqs, self.steps, self.next_explore):
-            width, curve = 1, None  # plain ranked first for these requests a few steps ago
+            width = 1  # plain ranked first for these requests a few steps ago
         elif (curve := self.times.curve()) is None:  # time the whole block, half of it and plain first
             width = self.times.unmeasured_width(batch_size, self.candidates) or self.widest
         else:
