@@ -265,7 +265,9 @@ class VerifyWidth:
     def adaptive_choice(self, batch) -> tuple[int, RequestLengths | None]:
         profiles = self.acceptance.profiles(batch.reqs)
         batch_size, lengths = len(batch.reqs), None
-        if self.plain_hold.holds(batch.reqs, self.steps, self.next_explore):
+        widest_turn = self.steps % EXPLORE_FIRST_EVERY == EXPLORE_FIRST_EVERY - 1
+        early_widest = self.ran_widest < WIDEST_FIRST and widest_turn  # a turn to look at the widest
+        if not early_widest and self.plain_hold.holds(batch.reqs, self.steps, self.next_explore):
             width = 1  # plain ranked first for these requests a few steps ago
         elif (curve := self.times.curve()) is None:  # time the whole block, half of it and plain first
             width = self.times.unmeasured_width(batch_size, self.candidates) or self.widest
@@ -273,8 +275,6 @@ class VerifyWidth:
             ranked = ranked_widths(profiles, curve, self.candidates)
             self.last_view = (batch_size, ranked, curve.partial_fixed)
             width = ranked[0].width
-            widest_turn = self.steps % EXPLORE_FIRST_EVERY == EXPLORE_FIRST_EVERY - 1
-            early_widest = self.ran_widest < WIDEST_FIRST and widest_turn
             if self.times.unmeasured_plain(batch_size) and plain_could_win(ranked, curve, batch_size):
                 width = 1  # one cheap step a new batch size, where plain decoding could win
             elif batch_size not in self.probed and drafts_fit(ranked, self.widest, batch_size):

@@ -8,7 +8,8 @@ no-spec's"): the largest of the policy's own costs beside a plain step. Between 
 nothing it reads moves but the plain step's own time: a plain step verifies no draft, so no
 request's acceptance estimate learns from it. So a ranking that put plain decoding first for the
 whole batch holds, for the same requests, for up to HELD_STEPS steps, and never past the next
-exploring step (which still comes on the controller's schedule) nor across a change of the batch.
+exploring step (which still comes on the controller's schedule) nor across a change of the batch,
+and never on a new server's turn to look at the widest (the controller's WIDEST_FIRST).
 """
 
 from __future__ import annotations
