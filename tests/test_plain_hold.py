@@ -12,6 +12,7 @@ import pytest
 from dflash_sglang.width import controller, plain_hold
 from dflash_sglang.width.controller import VerifyWidth
 from dflash_sglang.width.plain_hold import HELD_STEPS, PlainHold
+from dflash_sglang.width.request_lengths import FORCED_LENGTHS_ENV, LENGTHS_ENV
 
 BLOCK = 8
 
@@ -33,6 +34,13 @@ def test_a_plain_ranking_holds_for_its_requests_until_it_lapses():
     hold.release()
     assert not hold.holds(reqs("a", "b"), 11, next_explore=100)
     assert hold.used == 2
+
+
+@pytest.fixture(autouse=True)
+def no_switches(monkeypatch):
+    """The adaptive width as a server gets it by default: none of its switches set."""
+    for name in (controller.ADAPTIVE_ENV, controller.WIDTHS_ENV, LENGTHS_ENV, FORCED_LENGTHS_ENV):
+        monkeypatch.delenv(name, raising=False)
 
 
 def simulate(monkeypatch, held_steps: int, steps: int = 1500, batch: int = 4, fits: float = 0.05, seed=0):
