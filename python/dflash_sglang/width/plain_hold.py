@@ -29,7 +29,7 @@ class PlainHold:
 
     def __init__(self):
         self.held: _Hold | None = None
-        self.used = 0  # steps that reused a held ranking (a test and a report read it)
+        self.used = 0  # steps that reused a held ranking (tests/test_plain_hold.py reads it)
 
     def hold(self, reqs, step: int) -> None:
         """Plain decoding was ranked first for `reqs` at step `step`."""
