@@ -113,6 +113,29 @@ def test_padding_rows_and_num_accept_tokens():
         )
 
 
+def test_a_padding_row_among_others_is_skipped_and_the_rest_computed():
+    """Several rows take the batched path (one conv for all): a padding row between two live ones
+    gets zeros and leaves every slot and window row of its own alone."""
+    block, slots, rows = 4, [3, -1, 1], [0, 2, 1]
+    x = rand(3, DIM, block)
+    states = rand(SLOTS, DIM, WIDTH - 1, seed=3)
+    before = states.clone()
+    windows = torch.zeros(3, block, DIM, WIDTH - 1)
+    out = causal_conv1d_update_on_cpu(
+        fail, x, states, WEIGHT, BIAS, "silu", conv_state_indices=torch.tensor(slots),
+        intermediate_conv_window=windows, intermediate_state_indices=torch.tensor(rows),
+    )  # fmt: skip
+    assert not out[1].any() and not windows[2].any()
+    untouched = [s for s in range(SLOTS) if s not in (3, 1)]
+    assert torch.equal(states[untouched], before[untouched])
+    for i in (0, 2):
+        want_out, want_state = reference(x[i], before[slots[i]])
+        torch.testing.assert_close(out[i], want_out, **TOL)
+        torch.testing.assert_close(states[slots[i]], want_state, **TOL)
+        _, want_window = reference(x[i, :, :2], before[slots[i]])
+        torch.testing.assert_close(windows[rows[i], 1], want_window, **TOL)
+
+
 def test_other_devices_go_to_sglang():
     meta = torch.empty(DIM, 4, device="meta")
 

@@ -252,3 +252,28 @@ def test_bfloat16_rings_equal_sglangs_verify_within_their_rounding(report):
     assert report[f"{case} d high+low max diff"] < 1e-2 and report[f"{case} checkpoint max diff"] < 1e-2
     if report["interpreter_bf16_dot_error"] < 1e-3:  # an interpreter whose bfloat16 dot is right
         assert report[f"{case} sglang commit compared"]
+
+
+def test_a_fold_read_in_the_rings_physical_order_equals_one_read_in_sequence():
+    """fold_records with `order` (the commit reads each row's whole ring as stored, wrapped past
+    lane L - 1, and says where each lane sits in its sequence) equals the fold of the same records
+    read in sequence order, for every count."""
+    from dflash_sglang.cpu.gated_deltanet.replayssm_math import fold_records
+
+    gen, L, rows = torch.Generator().manual_seed(3), 8, 4
+    states = torch.randn(rows, HEADS_V, DIM, DIM, generator=gen)
+    d, k = torch.randn(rows, HEADS_V, L, DIM, generator=gen), torch.randn(rows, HEADS_V, L, DIM, generator=gen)
+    g = -torch.rand(rows, HEADS_V, L, generator=gen)
+    base = torch.tensor([0, 3, 6, 7])
+    order = (torch.arange(L) - base[:, None]) & (L - 1)  # lane j holds record order[j]
+    lane_of = (base[:, None] + torch.arange(L)) & (L - 1)  # record t sits at lane lane_of[t]
+
+    def in_sequence(x):
+        index = lane_of[:, None, :].expand(rows, HEADS_V, L)
+        return x.gather(2, index if x.dim() == 3 else index[..., None].expand(*x.shape))
+
+    for count in range(L + 1):
+        counts = torch.full((rows,), count)
+        ours = fold_records(states, d, k, g, counts, order=order)
+        want = fold_records(states, in_sequence(d), in_sequence(k), in_sequence(g), counts)
+        torch.testing.assert_close(ours, want, rtol=1e-5, atol=1e-5)

@@ -36,13 +36,12 @@ def uses_silu(activation) -> bool:
 
 
 def causal_conv(window: torch.Tensor, weight: torch.Tensor, bias, activation) -> torch.Tensor:
-    """The outputs for the last T inputs of `window` [dim, W-1+T], in float32."""
+    """The outputs for the last T inputs of `window` [dim, W-1+T] (or [n, dim, W-1+T]), in float32."""
+    rows = window.float() if window.dim() == 3 else window.float()[None]
     out = F.conv1d(
-        window.float()[None],
-        weight.float()[:, None, :],
-        None if bias is None else bias.float(),
-        groups=len(weight),
-    )[0]
+        rows, weight.float()[:, None, :], None if bias is None else bias.float(), groups=len(weight)
+    )
+    out = out if window.dim() == 3 else out[0]
     return F.silu(out) if uses_silu(activation) else out
 
 
@@ -128,6 +127,11 @@ def causal_conv1d_update_on_cpu(
             retrieve_parent_token[:, : x3.shape[2]] = parents.to(retrieve_parent_token.dtype)
         columns = root_path_columns(parents, state_len)
     out = torch.zeros_like(x3)
+    if columns is None and len(slots) > 1:  # one row: indexing by ints costs fewer calls
+        _chain_update(
+            x3, out, conv_state, weight, bias, activation, slots, rows, intermediate_conv_window, pad_slot_id
+        )
+        return out[..., 0] if single_step else out
     for i, slot in enumerate(slots):
         if slot == pad_slot_id:
             continue
@@ -145,6 +149,32 @@ def causal_conv1d_update_on_cpu(
             # One step at a time: the pool may expose the windows as an overlapping view.
             intermediate_conv_window[rows[i], t].copy_(saved[t])
     return out[..., 0] if single_step else out
+
+
+def _chain_update(x3, out, conv_state, weight, bias, activation, slots, rows, saved_windows, pad_slot_id):
+    """Every live row of a decode or chain verify at once: [n, dim, W-1+T] windows, one conv.
+    On a small model the cost is the count of torch calls, and a row at a time made it grow with
+    the batch (about 15 calls a request a layer)."""
+    live = [i for i, slot in enumerate(slots) if slot != pad_slot_id]
+    if not live:
+        return
+    state_len, steps = weight.shape[1] - 1, x3.shape[2]
+    picked, live_slots = torch.tensor(live), torch.tensor([slots[i] for i in live])
+    window = torch.cat([conv_state[live_slots, :, :state_len].float(), x3[picked].float()], dim=2)
+    # The live state ends after the whole block in block order (the commit restores a step's).
+    conv_state[live_slots, :, :state_len] = window[:, :, -state_len:].to(conv_state.dtype)
+    out[picked] = causal_conv(window, weight, bias, activation).to(x3.dtype)
+    if rows is None:
+        return
+    # Window after step t: inputs t+1 .. t+W-1, [n, T, dim, W-1].
+    after = window.unfold(2, state_len, 1)[:, :, 1:].permute(0, 2, 1, 3)
+    live_rows = torch.tensor([rows[i] for i in live])
+    if saved_windows.is_contiguous():
+        saved_windows[live_rows, :steps] = after.to(saved_windows.dtype)
+        return
+    for n, row in enumerate(live_rows.tolist()):  # an overlapping view: one step at a time
+        for t in range(steps):
+            saved_windows[row, t].copy_(after[n, t])
 
 
 def parents_from_links(next_token: torch.Tensor, next_sibling: torch.Tensor, nodes: int) -> torch.Tensor:

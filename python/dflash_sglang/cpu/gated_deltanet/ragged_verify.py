@@ -11,12 +11,13 @@ the layout's `qo_indptr` (hybrid_linear_attn_backend `_forward_metadata`), and t
 block position, so it has no [bs, draft_token_num] snapshot layout to respect.
 
 For CPU tensors in a ragged TARGET_VERIFY with the ring on, the hook runs what the original runs
-but with the conv update request by request: request i's own L_i tokens through SGLang's
-`causal_conv1d_update` (on CPU, gated_deltanet/causal_conv1d.py's stand-in), from its conv state, its window
-after step s saved at `intermediate_conv_window[row_i, s]` for s < L_i: exactly the rows the commit
-(`fused_conv_window_scatter_with_mask` at step accepted - 1 <= L_i - 1) reads back. Then SGLang's
-own split and its `_replayssm_target_verify` with the ragged `query_start_loc`. That is, for every
-request, the verify of a block of L_i run alone (tests/cpu/test_gdn_ragged_verify.py).
+but with the conv update by length: request i's own L_i tokens (in one call with the other requests
+of its length) through SGLang's `causal_conv1d_update` (on CPU, gated_deltanet/causal_conv1d.py's
+stand-in), from its conv state, its window after step s saved at `intermediate_conv_window[row_i,
+s]` for s < L_i: exactly the rows the commit (`fused_conv_window_scatter_with_mask` at step
+accepted - 1 <= L_i - 1) reads back. Then SGLang's own split and its `_replayssm_target_verify`
+with the ragged `query_start_loc`. That is, for every request, the verify of a block of L_i run
+alone (tests/cpu/test_gdn_ragged_verify.py).
 
 Everything else, and every GPU tensor, is SGLang's original. The per-position snapshot path (ring
 off) and KDA's fold path keep one width a batch: step/ragged.py refuses per-request lengths there,
@@ -85,8 +86,8 @@ def forward_extend_on_cpu(original, backend, layer, forward_batch, mixed_qkv, a,
 
 
 def ragged_conv_update(backend, layer, forward_batch, mixed_qkv, layer_cache, query_start_loc):
-    """[sum L_i, dim] packed inputs -> their conv outputs, request by request through SGLang's
-    `causal_conv1d_update` at its own length; window s of request i at its verify row, step s."""
+    """[sum L_i, dim] packed inputs -> their conv outputs through SGLang's `causal_conv1d_update`,
+    the requests of each length in one call; window s of request i at its verify row, step s."""
     from sglang.srt.layers.attention.linear import gdn_backend
     from sglang.srt.layers.attention.linear.utils import select_verify_intermediate_state_indices
 
@@ -100,20 +101,21 @@ def ragged_conv_update(backend, layer, forward_batch, mixed_qkv, layer_cache, qu
         backend.req_to_token_pool.size,
     )
     out = torch.zeros_like(mixed_qkv)
-    for i in range(bs):
-        start, end = bounds[i], bounds[i + 1]
-        if end == start:
-            continue
-        x = mixed_qkv[start:end].transpose(0, 1).unsqueeze(0)  # [1, dim, L_i]
+    lengths = [bounds[i + 1] - bounds[i] for i in range(bs)]
+    for length in sorted(set(lengths) - {0}):  # one call for the requests of each length
+        picked = [i for i in range(bs) if lengths[i] == length]
+        tokens = torch.tensor([bounds[i] for i in picked])[:, None] + torch.arange(length)
+        x = mixed_qkv[tokens].transpose(1, 2)  # [requests, dim, length]
+        chosen = torch.tensor(picked)
         y = gdn_backend.causal_conv1d_update(
             x,
             layer_cache.conv[0],
             layer.conv_weights,
             layer.bias,
             layer.activation,
-            conv_state_indices=cache_indices[i : i + 1],
+            conv_state_indices=cache_indices[chosen],
             intermediate_conv_window=layer_cache.intermediate_conv_window[0],
-            intermediate_state_indices=rows[i : i + 1],
+            intermediate_state_indices=rows[chosen],
         )
-        out[start:end] = y[0].transpose(0, 1)
+        out[tokens] = y.transpose(1, 2)
     return out

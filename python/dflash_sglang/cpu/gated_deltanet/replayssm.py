@@ -210,27 +210,23 @@ def commit_gdn_replayssm_circular_on_cpu(
     else:
         track = torch.zeros_like(fold)
     if bool((fold | track).any()):
-        # Records past a row's count weigh nothing in the fold: read only as many lanes as the
-        # longest count (the kernel walks all L; on CPU every lane is a gather across layers).
-        lanes = max(
-            int(counts[fold].max()) if bool(fold.any()) else 0,
-            int(track_counts[track].max()) if bool(track.any()) else 0,
-        )
-        phys = (cache_base[rows].long()[:, None] + torch.arange(lanes)) & (L - 1)
+        # Each row's whole ring in its physical lane order (one gather a cache), each lane's place
+        # in the row's sequence beside it: a gather in sequence order copied every record twice.
+        layers = checkpoint_state.shape[0]
+        order = ((torch.arange(L) - cache_base[rows].long()[:, None]) & (L - 1)).repeat(layers, 1)
 
         def ring(cache):  # [layers, R, heads, L, ..] -> [layers * N, heads, L, ..]
-            return cache[:, rows[:, None], :, phys].permute(2, 0, 3, 1, *range(4, cache.dim())).flatten(0, 1)
+            return cache.index_select(1, rows).flatten(0, 1)  # 10x `cache[:, rows]` on CPU
 
         updates, keys = ring(d_cache).float(), ring(k_cache).float()
         if d_residual_cache is not None and k_residual_cache is not None:
             updates, keys = updates + ring(d_residual_cache).float(), keys + ring(k_residual_cache).float()
         keys = per_value_head(keys.transpose(1, 2), heads_v).transpose(1, 2)
-        old = checkpoint_state[:, slots]
-        layers = old.shape[0]
+        old = checkpoint_state.index_select(1, slots)
         records = (updates, keys, ring(g_cache))
 
         def folded(n):
-            new = fold_records(old.flatten(0, 1), *records, n.repeat(layers), split_dtype=k_cache.dtype)
+            new = fold_records(old.flatten(0, 1), *records, n.repeat(layers), k_cache.dtype, order)
             return new.view(old.shape).to(checkpoint_state.dtype)
 
         if bool(track.any()):

@@ -22,16 +22,23 @@ def per_value_head(x: torch.Tensor, heads_v: int) -> torch.Tensor:
     return x.repeat_interleave(heads_v // x.shape[-2], dim=-2)
 
 
-def fold_records(states, updates, keys, gates, counts, split_dtype=None):
+def fold_records(states, updates, keys, gates, counts, split_dtype=None, order=None):
     """exp(G) S + sum_{t < count} exp(G - G_t) d_t k_t^T for every row.
 
     states [N, HV, V, K]; updates [N, HV, T, V]; keys [N, HV, T, K]; gates [N, HV, T]; counts [N]
-    (records at t >= count are left out). With `split_dtype`, each decayed update is carried as a
-    high part in that dtype plus the rounded low remainder, as SGLang's commit kernel does.
+    (records at t >= count are left out). `order` [N, T], when given, is each lane's place in its
+    row's sequence (a ring read in its physical order: lane j holds record order[j]); without it
+    lane t holds record t. With `split_dtype`, each decayed update is carried as a high part in
+    that dtype plus the rounded low remainder, as SGLang's commit kernel does.
     """
-    active = torch.arange(gates.shape[-1]) < counts.reshape(-1, 1, 1)
+    place = torch.arange(gates.shape[-1]) if order is None else order[:, None, :]
+    active = place < counts.reshape(-1, 1, 1)
     gates = torch.where(active, gates.float(), 0.0)
-    prefix = gates.cumsum(-1)
+    if order is None:
+        prefix = gates.cumsum(-1)
+    else:  # the sum over the lanes at or before each lane's place, in any lane order
+        before = (order[:, None, :] <= order[:, :, None]).float()  # [N, lane, earlier lane]
+        prefix = gates @ before.transpose(-1, -2)
     total = gates.sum(-1)
     decay = torch.where(active, (total[..., None] - prefix).exp(), 0.0)
     scaled = updates.float() * decay[..., None]
