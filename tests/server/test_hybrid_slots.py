@@ -39,6 +39,7 @@ SHAPE = HybridShape(hot_tokens=3, linear_key_heads=8, linear_value_heads=16, lin
 ARGS = ["--max-mamba-cache-size", SLOTS, "--disable-radix-cache", "--max-running-requests", 48,
         "--max-total-tokens", 8192]  # fmt: skip
 RATIO = re.compile(r"without speculation \((\d+\.\d+)x\)")
+OTHER = re.compile(r"with (.+?) a slot would hold [\d.]+ (?:KiB|MiB) \((\d+\.\d+)x no-spec's\)")
 
 
 @pytest.fixture(scope="module")
@@ -78,6 +79,12 @@ def test_a_slot_holds_at_most_one_and_a_half_times_no_specs_and_the_limit_is_nam
     snapshots = slot_ratio(before)
     assert snapshots > 4 * ring, (snapshots, ring)  # B full states a row, against a ring of records
     assert "to lift it: --enable-linear-replayssm-spec" in before
+    # Each startup line prices the path not taken, and each price is what the other server holds.
+    (named, priced), (named_before, priced_before) = OTHER.search(log).groups(), OTHER.search(before).groups()
+    assert (named, named_before) == ("a state per block position", "SGLang's ReplaySSM ring")
+    assert float(priced) == pytest.approx(snapshots, rel=0.02) and float(priced_before) == pytest.approx(
+        ring, rel=0.02
+    )
 
 
 def test_twenty_requests_on_sixteen_slots_equal_the_target_alone(server, pair):

@@ -99,7 +99,9 @@ class RecurrentStateCommit:
             refuse_what_the_ring_cannot_verify(self.ring_length, widest)
         hf_config = model_runner.model_config.hf_config
         words = scratch_words(self.ring_length is not None, trees, model_runner.server_args, hf_config)
-        self.memory = recurrent_memory.report(model_runner, self.ring_length is not None, words)
+        self.memory = recurrent_memory.report(
+            model_runner, self.ring_length is not None, words, widest, trees
+        )
         linear = getattr(backend, "linear_attn_backend", None)
         if trees and linear is not None:  # any value > 1: it only asks "a tree?"
             linear.topk = max(linear.topk, 2)

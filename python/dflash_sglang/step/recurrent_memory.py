@@ -42,6 +42,8 @@ class RecurrentMemory:
     running_requests: int  # what the server admits at once (the request pool's rows)
     requested: int  # what --max-running-requests (or SGLang's default) asked for
     scratch_kind: str  # what the verify keeps and why (step/replay_choice.py)
+    other_scratch: int = 0  # the same row's scratch on the path not taken, bytes (0: not computed)
+    other_kind: str = ""  # that path, in words
 
     @property
     def per_request(self) -> int:
@@ -73,11 +75,44 @@ class RecurrentMemory:
             f"and its scratch, {_size(self.per_request)} ({_size(self.per_request_without_speculation)} "
             f"without speculation); {self.mamba_slots} mamba slots allow {self.requests_the_slots_allow} "
             f"running requests, the server runs at most {self.running_requests} (asked: {self.requested})"
+            + self._the_other_path()
+        )
+
+    def _the_other_path(self) -> str:
+        if not self.other_scratch:
+            return ""
+        slot = self.state_per_slot + self.other_scratch
+        return (
+            f"; with {self.other_kind} a slot would hold {_size(slot)} "
+            f"({slot / max(self.state_per_slot, 1):.2f}x no-spec's)"
         )
 
 
 def _size(count: int) -> str:
     return f"{count / KIB:.1f} KiB" if count < 1024 * KIB else f"{count / KIB / KIB:.2f} MiB"
+
+
+def other_path_scratch(model_runner, ring_on: bool, widest: int, trees: bool) -> tuple[int, str]:
+    """A request row's verify scratch on the path not taken, bytes, and its name: both keep the
+    conv window after every block position; a state per position adds `widest` SSM states a
+    layer, SGLang's ring its compact records (`replayssm_ring_bytes_per_req`, SGLang's count)."""
+    from sglang.srt.configs.hybrid_arch import mambaish_config
+    from sglang.srt.runtime_context import get_exec
+
+    cache = model_runner.req_to_token_pool.mamba_pool.mamba_cache
+    windows = getattr(cache, "intermediate_conv_window", None)
+    if windows is None or mambaish_config(model_runner.model_config) is None:
+        return 0, ""
+    temporal = cache.temporal  # [layers, slots, HV, V, K]
+    rows = (windows[0] if isinstance(windows, (list, tuple)) else windows).shape[1]
+    pool = model_runner.req_to_token_pool.mamba_pool
+    window_bytes = _bytes(getattr(pool, "_intermediate_conv_window_phys", None) or windows) // rows
+    if ring_on:
+        states = widest * temporal[0, 0].numel() * temporal.element_size() * temporal.shape[0]
+        return window_bytes + states, "a state per tree node" if trees else "a state per block position"
+    params = mambaish_config(model_runner.model_config).mamba2_cache_params
+    ring = max(get_exec().mamba.linear_replayssm_cache_len, 1 << (widest - 1).bit_length())
+    return window_bytes + params.replayssm_ring_bytes_per_req(record_len=ring), "SGLang's ReplaySSM ring"
 
 
 def measure(model_runner, scratch_kind: str = "") -> RecurrentMemory | None:
@@ -120,11 +155,15 @@ def _slots_per_request(model_runner) -> int:
     return int(ratio()) if ratio is not None else 1
 
 
-def report(model_runner, replay_on: bool, scratch_words: str) -> RecurrentMemory | None:
-    """Log the recurrent memory a request holds, and warn when mamba slots bound the requests."""
+def report(model_runner, replay_on: bool, scratch_words: str, widest: int = 0, trees: bool = False):
+    """Log the recurrent memory a request holds (and would hold on the other path), and warn when
+    mamba slots bound the requests. Returns the RecurrentMemory, or None (no recurrent state)."""
     memory = measure(model_runner, scratch_words)
     if memory is None:
         return None
+    if widest:
+        other, kind = other_path_scratch(model_runner, replay_on, widest, trees)
+        memory = dataclasses.replace(memory, other_scratch=other, other_kind=kind)
     logger.info("dflash_sglang: %s", memory.describe())
     if memory.slots_bound_the_requests:
         lift = (
