@@ -38,6 +38,13 @@ PHASES = [
     ("dflash_sglang.step.drafting", "Drafting", "__call__"),
     ("dflash_sglang.step.verifying", "Verifying", "__call__"),
     ("dflash_sglang.step.committing", "Committing", "__call__"),
+    # A hybrid target's recurrent state (None: a module's function): the verify's GDN layers, the
+    # commit, and the CPU stand-ins each path runs (a state per position, or SGLang's ring).
+    ("sglang.srt.layers.attention.linear.gdn_backend", "GDNAttnBackend", "forward_extend"),
+    ("dflash_sglang.step.hybrid", "RecurrentStateCommit", "__call__"),
+    ("dflash_sglang.cpu.gated_deltanet.chunk_and_decode", None, "sigmoid_gating_delta_rule_update_on_cpu"),
+    ("dflash_sglang.cpu.gated_deltanet.replayssm", None, "gdn_replayssm_spec_decode_on_cpu"),
+    ("dflash_sglang.cpu.gated_deltanet.replayssm", None, "commit_gdn_replayssm_circular_on_cpu"),
 ]
 PROCESS = "process"  # the dump's line for the whole process's CPU time
 
@@ -71,14 +78,14 @@ class _Wrapper(importlib.abc.MetaPathFinder):
             load(module)
             for module_name, owner, method in PHASES:
                 if module_name == name:
-                    _time_calls(getattr(module, owner), method, self.sums)
+                    _time_calls(module if owner is None else getattr(module, owner), method, self.sums)
 
         spec.loader.exec_module = exec_module
         return spec
 
 
 def _time_calls(owner, method: str, sums: dict) -> None:
-    key = f"{owner.__name__}.{method}"
+    key = f"{owner.__name__.rsplit('.', 1)[-1]}.{method}"
     sums[key] = [0.0, 0]
     inner = getattr(owner, method)
 
