@@ -262,7 +262,8 @@ def test_a_fold_read_in_the_rings_physical_order_equals_one_read_in_sequence():
 
     gen, L, rows = torch.Generator().manual_seed(3), 8, 4
     states = torch.randn(rows, HEADS_V, DIM, DIM, generator=gen)
-    d, k = torch.randn(rows, HEADS_V, L, DIM, generator=gen), torch.randn(rows, HEADS_V, L, DIM, generator=gen)
+    d = torch.randn(rows, HEADS_V, L, DIM, generator=gen)
+    k = torch.randn(rows, HEADS_V, L, DIM, generator=gen)
     g = -torch.rand(rows, HEADS_V, L, generator=gen)
     base = torch.tensor([0, 3, 6, 7])
     order = (torch.arange(L) - base[:, None]) & (L - 1)  # lane j holds record order[j]
