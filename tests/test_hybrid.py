@@ -80,10 +80,11 @@ def test_the_ring_serves_gdn_chains_and_says_why_not_elsewhere():
     assert "cutedsl" in replay_off_because(replay_cfg(linear_attn_decode_backend="cutedsl"), gdn)
 
 
-def test_the_ring_is_the_default_on_cuda_wherever_it_serves_and_asked_for_elsewhere(monkeypatch):
-    """Issue 65 item 1: unset, the ring on CUDA (SGLang's ring kernels) where it can serve, a state
-    per position on CPU (its stand-ins are slower there); 1 and 0 force either way; what the ring
-    cannot serve is refused only where it was asked for."""
+def test_the_ring_is_the_default_wherever_it_serves_and_as_fast_and_asked_for_elsewhere(monkeypatch):
+    """Issue 65 item 1: unset, the ring on CUDA (SGLang's ring kernels, our tree replay's) for
+    chains and trees, on CPU for chains (a tree's replay is slower there than a state per node),
+    wherever it can serve; 1 and 0 force either way; what the ring cannot serve is refused only
+    where it was asked for."""
     from sglang.srt.configs.qwen3_5 import Qwen3_5TextConfig
     from transformers import Qwen3Config
 
@@ -92,10 +93,13 @@ def test_the_ring_is_the_default_on_cuda_wherever_it_serves_and_asked_for_elsewh
     from dflash_sglang.step.replay_choice import REPLAY_ENV, ring_by_default, scratch_words
 
     gdn = Qwen3_5TextConfig()
-    assert ring_by_default(replay_cfg(device="cuda"), gdn)
-    assert not ring_by_default(replay_cfg(device="cpu"), gdn)
-    assert ring_by_default(replay_cfg(device="cuda", speculative_eagle_topk=4), gdn)  # a tree too
-    assert not ring_by_default(replay_cfg(device="cuda"), Qwen3Config())  # not Gated DeltaNet
+    assert ring_by_default(replay_cfg(device="cuda"), gdn, trees=False)
+    assert ring_by_default(replay_cfg(device="cuda"), gdn, trees=True)
+    assert ring_by_default(replay_cfg(device="cpu"), gdn, trees=False)
+    assert not ring_by_default(replay_cfg(device="cpu"), gdn, trees=True)
+    assert not ring_by_default(replay_cfg(device="npu"), gdn, trees=False)  # SGLang's kernels unproven there
+    assert not ring_by_default(replay_cfg(device="cuda"), Qwen3Config(), trees=False)  # not Gated DeltaNet
+    assert not ring_by_default(replay_cfg(device="cpu", disaggregation_mode="decode"), gdn, trees=False)
 
     declared = []
     monkeypatch.setattr("sglang.srt.arg_groups.overrides.resolving_view", lambda args: args)
@@ -104,25 +108,25 @@ def test_the_ring_is_the_default_on_cuda_wherever_it_serves_and_asked_for_elsewh
         lambda args, source, **fields: declared.append(fields),
     )
 
-    def resolve(env: str, **fields) -> bool:
+    def resolve(env: str, topk=None, **fields) -> bool:
         monkeypatch.setenv(REPLAY_ENV, env)
         declared.clear()
         cfg = replay_cfg(speculative_algorithm="DFLASH", enable_linear_replayssm_spec=False, **fields)
+        cfg._raw_input = {} if topk is None else {"speculative_eagle_topk": topk}  # the operator's K
         replay_ssm.replay_when_asked(cfg, gdn)
         return declared == [{"enable_linear_replayssm_spec": True}]
 
-    assert resolve("", device="cuda") and not resolve("", device="cpu")
-    assert resolve("1", device="cpu") and not resolve("0", device="cuda")
-    assert resolve("", device="cuda", speculative_eagle_topk=4)  # a tree too (tree/replay_ring.py)
-    assert resolve("1", device="cpu", speculative_eagle_topk=4) and not resolve(
-        "", device="cpu", speculative_eagle_topk=4
-    )
+    assert resolve("", device="cuda") and resolve("", device="cpu")
+    assert resolve("1", device="npu") and not resolve("0", device="cuda") and not resolve("0", device="cpu")
+    assert resolve("", topk=4, device="cuda")  # a tree too (tree/replay_ring.py)
+    assert resolve("1", topk=4, device="cpu") and not resolve("", topk=4, device="cpu")
+    assert not resolve("", device="cpu", disaggregation_mode="decode")  # the default only where it serves
     with pytest.raises(DFlashConfigError, match="PD"):
         resolve("1", device="cuda", disaggregation_mode="decode")  # asked for where it cannot serve: named
     monkeypatch.setenv(REPLAY_ENV, "")
-    assert "the default on cpu" in scratch_words(False, False, replay_cfg(device="cpu"), gdn)
+    assert "the default for a chain on npu" in scratch_words(False, False, replay_cfg(device="npu"), gdn)
     assert scratch_words(False, True, replay_cfg(device="cpu"), gdn).startswith(
-        "a state per tree node (the default"
+        "a state per tree node (the default for a tree on cpu"
     )
     assert "a record per tree node" in scratch_words(True, True, replay_cfg(device="cuda"), gdn)
     monkeypatch.setenv(REPLAY_ENV, "0")

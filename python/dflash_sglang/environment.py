@@ -137,7 +137,7 @@ TRITON_ROW_LAW = Switch(
 REPLAY_SSM = Switch(
     "DFLASH_SGLANG_REPLAY_SSM", "on/off", None,
     "hybrid Gated DeltaNet chains verify through SGLang's ReplaySSM ring, not a state per position; "
-    "unset: the ring on CUDA where it can serve",
+    "unset: the ring wherever it can serve (on CPU a tree keeps a state per node)",
 )  # fmt: skip
 STEP_RECORD = Switch(
     "DFLASH_SGLANG_STEP_RECORD", "path", "",

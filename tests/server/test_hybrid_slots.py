@@ -2,11 +2,12 @@
 heads) at block 16, served as an operator would meet it: its mamba pool, not KV, bounds the
 running requests.
 
-- With SGLang's ReplaySSM ring (`DFLASH_SGLANG_REPLAY_SSM=1`) the verify keeps no state per
-  block position: the startup log puts a request slot with its verify scratch at most 1.5x the
-  slot without speculation, against several times that with a state per position (the default,
-  a second server started only for its log, whose warning names the ring's flag), and warns that
-  mamba slots bound the running requests.
+- With SGLang's ReplaySSM ring (the default for a chain, `DFLASH_SGLANG_REPLAY_SSM=1` here by
+  name) the verify keeps no state per block position: the startup log puts a request slot with
+  its verify scratch at most 1.5x the slot without speculation, against several times that with a
+  state per position (`=0`, a second server started only for its log, whose warning names the
+  ring's flag), and warns that mamba slots bound the running requests. Each line prices the other
+  path, at what the other server holds.
 - A tree of 16 nodes through the ring: a record per node (1.9x no-spec's slot with its dense conv
   windows), greedy equal to the target alone.
 - Under the verify policy as users launch it (the adaptive width, per-request lengths through the
@@ -73,7 +74,7 @@ def test_a_slot_holds_at_most_one_and_a_half_times_no_specs_and_the_limit_is_nam
     assert ring <= 1.5, ring
     assert f"{SLOTS} mamba slots allow {SLOTS} running requests" in log
     assert "mamba slots, not KV, bound the running requests" in log
-    with SGLangServer(pair.target, [*ARGS, *dflash(pair)], env=HYBRID_ENV) as states:
+    with SGLangServer(pair.target, [*ARGS, *dflash(pair)], env={**HYBRID_ENV, REPLAY_ENV: "0"}) as states:
         before = states.log_path.read_text()
     assert "verify scratch: a state per block position" in before
     snapshots = slot_ratio(before)

@@ -110,7 +110,7 @@ def test_the_log_says_the_recurrent_layers_follow_the_tree(case):
         assert "verify scratch: SGLang's ReplaySSM ring, a record per tree node (our tree replay)" in log
         assert "GDN ReplaySSM ring buffers allocated" in log
     else:
-        assert "verify scratch: a state per tree node (the default on cpu" in log
+        assert "verify scratch: a state per tree node (the default for a tree on cpu" in log
         assert "GDN ReplaySSM ring buffers allocated" not in log
 
 

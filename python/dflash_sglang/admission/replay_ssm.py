@@ -12,21 +12,20 @@ the refusal and by "GDN or KDA?" (where GDN already answers yes), so nothing els
 SGLang's built-in worker (DFLASH_SGLANG_WORKER=builtin) does not install this hook: it keeps the
 refusal, which is right for it.
 
-The default on CUDA, opt-in elsewhere (`replay_when_asked`, step/replay_choice.py): with
-`DFLASH_SGLANG_REPLAY_SSM` unset, a DFLASH chain on a Gated DeltaNet target served on CUDA declares
-the flag wherever the ring can serve; SGLang's own flag, or `DFLASH_SGLANG_REPLAY_SSM=1`, asks for
-it anywhere and fails at startup naming why where it cannot (PD, another decode backend);
-`=0` keeps a state per position. A request's recurrent scratch then shrinks from a full state per
-block position to a ring of compact records (16.5x -> 1.45x a slot at block 16, docs/hybrid.md),
-the output stays the target's. On CPU, where every measurement so far ran, its torch stand-ins
-cost up to 9% of tokens/s against a state per position at block 8 (docs/hybrid.md), so there it is not the
-default yet. The startup line names the flag when mamba slots bound the running requests.
+The default wherever it can serve (`replay_when_asked`, step/replay_choice.py): with
+`DFLASH_SGLANG_REPLAY_SSM` unset, a DFLASH chain on a Gated DeltaNet target served on CUDA or CPU
+(a tree: on CUDA) declares the flag wherever the ring can serve; SGLang's own flag, or
+`DFLASH_SGLANG_REPLAY_SSM=1`, asks for it anywhere and fails at startup naming why where it cannot
+(PD, another decode backend); `=0` keeps a state per position. A request's recurrent scratch then
+shrinks from a full state per block position to a ring of compact records (16.5x -> 1.45x a slot
+at block 16, docs/hybrid.md), the output stays the target's. The startup line prices both paths.
 """
 
 from __future__ import annotations
 
 from ..errors import DFlashConfigError
 from ..step.replay_choice import REPLAY_ENV, replay_off_because, replay_switch, ring_by_default
+from ..tree.switches import requested_topk
 
 TARGET = "sglang.srt.mem_cache.kv_cache_configurator.KVCacheConfigurator._build_hybrid_req_pool"
 
@@ -59,7 +58,7 @@ SOURCE = "dflash_sglang.admission.replay_ssm"
 
 def replay_when_asked(server_args, hf_config):
     """BEFORE handle_mamba_radix_cache (the first step that knows the target is hybrid): with
-    DFLASH_SGLANG_REPLAY_SSM=1, or unset on CUDA where the ring can serve, DFLASH on a GDN chain
+    DFLASH_SGLANG_REPLAY_SSM=1, or unset where the ring is the default and can serve, DFLASH on a GDN chain
     verifies through SGLang's ReplaySSM ring (the flag declared); asked for where it cannot, startup
     fails naming why; with SGLang's flag given, what is
     ours to refuse is refused (PD), SGLang validates the rest."""
@@ -76,7 +75,8 @@ def replay_when_asked(server_args, hf_config):
             )
         return None
     switch = replay_switch()
-    if switch is False or (switch is None and not ring_by_default(cfg, hf_config)):
+    trees = requested_topk(server_args) > 1
+    if switch is False or (switch is None and not ring_by_default(cfg, hf_config, trees)):
         return None
     because = replay_off_because(cfg, hf_config)
     if because is not None:  # asked for (the default only declares where it can serve)

@@ -16,7 +16,7 @@ which is exact at every L_i (the width's argument, docs/adaptive.md), request by
 Trees too, on CPU: request i verifies its tree's first L_i nodes (a smaller budget's tree, since
 best-first trees nest: tree/budgets.py), with their n_i x n_i ancestor mask (tree/verify.attach),
 and walks only them (BatchTree.truncated). Hybrid (Gated DeltaNet) targets too, on CPU with
-SGLang's ReplaySSM ring (`DFLASH_SGLANG_REPLAY_SSM=1`): the ring verify is varlen and keeps no state per
+SGLang's ReplaySSM ring (the default for their chains): the ring verify is varlen and keeps no state per
 block position, and cpu/gated_deltanet/ragged_verify.py runs each request's own length through the conv
 update. What takes one width a batch (ragged_off_because): a hybrid target's state per block
 position, SGLang's GPU ring kernels, a GPU backend's tree mask, attention DP.

@@ -37,9 +37,9 @@ def variants(variant_class) -> list:
     return [
         make("no-spec", False, {}, "plain decoding (the baseline)"),
         make("ring", True, RING, "our overlap worker, DFLASH_SGLANG_REPLAY_SSM=1 (the ring), adaptive"),
-        make("ring, one width a batch", True, {**RING, **ONE_WIDTH},
+        make("ring one width a batch", True, {**RING, **ONE_WIDTH},
              "the same, DFLASH_SGLANG_REQUEST_LENGTHS=0"),
-        make("ring, whole blocks", True, {**RING, **WHOLE}, "the same, DFLASH_SGLANG_ADAPTIVE_WIDTH=0"),
+        make("ring whole blocks", True, {**RING, **WHOLE}, "the same, DFLASH_SGLANG_ADAPTIVE_WIDTH=0"),
         make("state per position", True, PER_POSITION,
              "our overlap worker, DFLASH_SGLANG_REPLAY_SSM=0 (a state per position)"),
         make("sglang built-in", True, {**OVERLAP, WORKER.name: "builtin"},
