@@ -46,7 +46,10 @@ class SGLangRouter(SGLangServer):
 
     def command(self) -> list[str]:
         launch = [sys.executable, "-m", "sglang_router.launch_router"]
-        return [*launch, "--host", HOST, "--port", str(self.port), *self.args]
+        # Its metrics listener on a port of its own: the default (29000) is shared by every router,
+        # and one that had not yet let go of it failed the next one's start (seen 2026-11-29).
+        metrics = ["--prometheus-host", HOST, "--prometheus-port", str(free_port())]
+        return [*launch, "--host", HOST, "--port", str(self.port), *metrics, *self.args]
 
 
 class PDDeployment:
