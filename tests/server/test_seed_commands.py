@@ -68,7 +68,10 @@ def test_seed_command_parses_and_serves_on_the_tiny_hybrid_pair(script, tmp_path
     extra = [a for a in args if a not in ("--model-path", model_path)]
     with SGLangServer(model_path, [*extra, *HYBRID_ARGS], base_args=cpu_only,
                       env={**HYBRID_ENV, **SEED_OVERLAP, **SPAWN}) as server:  # fmt: skip
-        assert "DFLASH served by dflash_sglang.overlap.DFlashOverlapWorker" in server.log_path.read_text()
+        log = server.log_path.read_text()
+        assert "DFLASH served by dflash_sglang.overlap.DFlashOverlapWorker" in log
+        # The card's command with DFLASH_SGLANG_REPLAY_SSM unset: a chain on CPU takes the ring.
+        assert "verify scratch: SGLang's ReplaySSM ring, folded every commit" in log
         outs = [server.generate(ids, 24, ignore_eos=True) for ids in asks[:2]]
         assert [out["output_ids"] for out in outs] == [greedy(pair.target, ids, 24) for ids in asks[:2]]
         if trained:

@@ -92,6 +92,17 @@ def _size(count: int) -> str:
     return f"{count / KIB:.1f} KiB" if count < 1024 * KIB else f"{count / KIB / KIB:.2f} MiB"
 
 
+def _conv_windows(pool):
+    """The verify's conv windows after every block position (the physical buffers where SGLang
+    keeps an overlapping view over them) and their request rows, or (None, 0)."""
+    windows = getattr(pool, "_intermediate_conv_window_phys", None) or getattr(
+        pool.mamba_cache, "intermediate_conv_window", None
+    )
+    if windows is None:
+        return None, 0
+    return windows, (windows[0] if isinstance(windows, (list, tuple)) else windows).shape[1]
+
+
 def other_path_scratch(model_runner, ring_on: bool, widest: int, trees: bool) -> tuple[int, str]:
     """A request row's verify scratch on the path not taken, bytes, and its name: both keep the
     conv window after every block position; a state per position adds `widest` SSM states a
@@ -99,14 +110,12 @@ def other_path_scratch(model_runner, ring_on: bool, widest: int, trees: bool) ->
     from sglang.srt.configs.hybrid_arch import mambaish_config
     from sglang.srt.runtime_context import get_exec
 
-    cache = model_runner.req_to_token_pool.mamba_pool.mamba_cache
-    windows = getattr(cache, "intermediate_conv_window", None)
+    pool = model_runner.req_to_token_pool.mamba_pool
+    windows, rows = _conv_windows(pool)
     if windows is None or mambaish_config(model_runner.model_config) is None:
         return 0, ""
-    temporal = cache.temporal  # [layers, slots, HV, V, K]
-    rows = (windows[0] if isinstance(windows, (list, tuple)) else windows).shape[1]
-    pool = model_runner.req_to_token_pool.mamba_pool
-    window_bytes = _bytes(getattr(pool, "_intermediate_conv_window_phys", None) or windows) // rows
+    temporal = pool.mamba_cache.temporal  # [layers, slots, HV, V, K]
+    window_bytes = _bytes(windows) // rows
     if ring_on:
         states = widest * temporal[0, 0].numel() * temporal.element_size() * temporal.shape[0]
         return window_bytes + states, "a state per tree node" if trees else "a state per block position"
@@ -130,12 +139,10 @@ def measure(model_runner, scratch_kind: str = "") -> RecurrentMemory | None:
         if tensor is not None:
             scratch += _bytes(tensor)
             rows = tensor.shape[1]
-    windows = getattr(pool, "_intermediate_conv_window_phys", None) or getattr(
-        cache, "intermediate_conv_window", None
-    )
+    windows, window_rows = _conv_windows(pool)
     if windows is not None:
         scratch += _bytes(windows)
-        rows = rows or (windows[0].shape[1] if isinstance(windows, (list, tuple)) else windows.shape[1])
+        rows = rows or window_rows
     from sglang.srt.runtime_context import get_schedule
 
     return RecurrentMemory(
